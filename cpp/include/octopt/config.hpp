@@ -1,0 +1,19 @@
+#pragma once
+// Per-element math is written once and compiled for both host and device.
+#if defined(__CUDACC__)
+#define OCTOPT_HD __host__ __device__ __forceinline__
+#else
+#define OCTOPT_HD inline
+#endif
+
+#include <cstdint>
+
+// The CUDA stream type, declared without including CUDA headers: the same type as the runtime's
+// own `typedef struct CUstream_st* cudaStream_t`, so both may be seen in one translation unit.
+struct CUstream_st;
+
+namespace octopt {
+
+using cudaStream_t = ::CUstream_st*;
+
+}  // namespace octopt

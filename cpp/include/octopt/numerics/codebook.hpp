@@ -1,0 +1,64 @@
+#pragma once
+// A quantization map prepared for encoding: values plus the exact decision thresholds between
+// neighbours. Plain data, so it can be passed by value to a CUDA kernel or copied to shared memory.
+#include <cstdint>
+
+#include "../config.hpp"
+
+namespace octopt {
+
+struct Codebook {
+  float values[256];      // the map, ascending (non-decreasing), in [-1, 1]
+  float thresholds[256];  // thresholds[k]: smallest float strictly above the exact midpoint of values[k], values[k+1]
+  std::int32_t size;      // 2^bits entries in use (16 or 256)
+  std::int32_t first_nonneg;  // first index with values[i] >= 0, or size if none
+  std::int32_t last_nonpos;   // last index with values[i] <= 0, or -1 if none
+};
+
+// A signed code never flips the sign of a nonzero value: when the nearest entry has the other
+// sign (only possible for maps without zero), take the closest entry on the value's own side.
+OCTOPT_HD int keep_sign(const Codebook& cb, float r, int c) {
+  if (r > 0.0f && cb.values[c] < 0.0f && cb.first_nonneg < cb.size) return cb.first_nonneg;
+  if (r < 0.0f && cb.values[c] > 0.0f && cb.last_nonpos >= 0) return cb.last_nonpos;
+  return c;
+}
+
+// Index of the nearest map value to r; ties go to the lower index. r is finite.
+// c counts the thresholds <= r, found by a branch-free binary search over size-1 thresholds.
+OCTOPT_HD int nearest_code(const Codebook& cb, float r) {
+  int c = 0;
+  for (int step = cb.size >> 1; step > 0; step >>= 1) {
+    if (cb.thresholds[c + step - 1] <= r) c += step;
+  }
+  return keep_sign(cb, r, c);
+}
+
+// Stochastic rounding between the two neighbours that bracket r, rounding up with probability
+// proportional to the distance from the lower one (unbiased inside the map's range).
+OCTOPT_HD int stochastic_code(const Codebook& cb, float r, float u) {
+  // lo = number of values <= r, minus one
+  int cnt = 0;
+  for (int step = cb.size >> 1; step > 0; step >>= 1) {
+    if (cb.values[cnt + step - 1] <= r) cnt += step;
+  }
+  if (cnt < cb.size && cb.values[cnt] <= r) ++cnt;  // the search above inspects at most size-1 entries
+  int c;
+  if (cnt == 0) {
+    c = 0;
+  } else if (cnt == cb.size) {
+    c = cb.size - 1;
+  } else {
+    const int lo = cnt - 1;
+    const float vlo = cb.values[lo];
+    const float vhi = cb.values[cnt];
+    const float p = (r - vlo) / (vhi - vlo);
+    c = (u < p) ? cnt : lo;
+  }
+  return keep_sign(cb, r, c);
+}
+
+OCTOPT_HD float nan_max(float m, float a) { return (a > m || a != a) ? a : m; }
+
+OCTOPT_HD bool is_finite_abs(float absval) { return absval <= 3.402823466e+38f; }
+
+}  // namespace octopt

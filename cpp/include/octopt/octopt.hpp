@@ -1,0 +1,8 @@
+#pragma once
+// Umbrella header of the octopt C++ API.
+#include "blockwise.hpp"
+#include "dtype.hpp"
+#include "qmap.hpp"
+#include "runtime.hpp"
+#include "threading.hpp"
+#include "version.hpp"

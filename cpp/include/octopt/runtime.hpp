@@ -1,0 +1,19 @@
+#pragma once
+// What this build of octopt is and what the machine under it offers.
+#include <string>
+
+namespace octopt {
+
+std::string version();
+std::string compiler();    // the C++ compiler that built the core
+std::string simd_level();  // instruction set of the CPU kernels in use
+std::string cpu_features();  // relevant features the CPU reports
+
+namespace cuda {
+bool built();      // compiled with CUDA kernels
+bool available();  // built, and a CUDA device is usable now (never throws)
+int device_count();  // 0 when unavailable
+std::string runtime_version();  // "" without CUDA
+}  // namespace cuda
+
+}  // namespace octopt

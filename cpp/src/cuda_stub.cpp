@@ -1,0 +1,27 @@
+// The CUDA entry points of a build without CUDA: the API is the same, every device call throws.
+#include <stdexcept>
+
+#include "octopt/blockwise.hpp"
+#include "octopt/runtime.hpp"
+
+namespace octopt::cuda {
+namespace {
+[[noreturn]] void no_cuda() { throw std::runtime_error("octopt was built without CUDA"); }
+}  // namespace
+
+bool built() { return false; }
+bool available() { return false; }
+int device_count() { return 0; }
+std::string runtime_version() { return ""; }
+
+void quantize_blockwise(const void*, DType, std::int64_t, const Codebook&, int, int, Rounding, std::uint64_t,
+                        std::uint8_t*, float*, cudaStream_t) {
+  no_cuda();
+}
+
+void dequantize_blockwise(const std::uint8_t*, const float*, std::int64_t, const Codebook&, int, int, DType, void*,
+                          cudaStream_t) {
+  no_cuda();
+}
+
+}  // namespace octopt::cuda

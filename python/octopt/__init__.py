@@ -1,0 +1,24 @@
+"""octopt: framework-neutral block-wise quantized optimizer states."""
+
+from ._octopt import version as _version
+from .functional import dequantize_blockwise, quantize_blockwise
+from .maps import dynamic_map, fp8_map, linear_map, quantile_map
+from .runtime import cmake_dir, cuda_available, cuda_built, get_num_threads, info, set_num_threads
+
+__version__ = _version()
+
+__all__ = [
+    "__version__",
+    "cmake_dir",
+    "cuda_available",
+    "cuda_built",
+    "dequantize_blockwise",
+    "dynamic_map",
+    "fp8_map",
+    "get_num_threads",
+    "info",
+    "linear_map",
+    "quantile_map",
+    "quantize_blockwise",
+    "set_num_threads",
+]

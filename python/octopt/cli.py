@@ -1,0 +1,38 @@
+"""The ``octopt`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from .runtime import info
+
+    i = info()
+    rows = [
+        ("octopt", i["version"]),
+        ("compiler", i["compiler"]),
+        ("SIMD level in use", i["simd"]),
+        ("CPU features", i["cpu_features"] or "-"),
+        ("CPU threads", str(i["threads"])),
+        ("CUDA built", "yes" + (f" (runtime {i['cuda_runtime']})" if i["cuda_runtime"] else "") if i["cuda_built"] else "no"),
+        ("CUDA available", f"yes ({i['cuda_devices']} device(s))" if i["cuda_available"] else "no"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="octopt", description="Block-wise quantized optimizer states.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="print the build: version, compiler, SIMD level, threads, CUDA").set_defaults(
+        func=_cmd_info)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Build and machine information, and the CPU thread count."""
+
+from __future__ import annotations
+
+import os
+
+from . import _octopt
+
+
+def set_num_threads(n: int) -> None:
+    """Threads used by octopt's CPU kernels (default: OCTOPT_NUM_THREADS, else OMP_NUM_THREADS,
+    else the CPUs this process may use)."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"set_num_threads: argument 'n' must be an int, got {type(n).__name__}")
+    _octopt.set_num_threads(n)
+
+
+def get_num_threads() -> int:
+    return _octopt.get_num_threads()
+
+
+def cuda_built() -> bool:
+    """True when this build contains CUDA kernels (whether or not a GPU is present)."""
+    return _octopt.cuda_built()
+
+
+def cuda_available() -> bool:
+    """True when CUDA kernels were built and a CUDA device is usable now."""
+    return _octopt.cuda_available()
+
+
+def cmake_dir() -> str:
+    """Folder holding octoptConfig.cmake, for ``find_package(octopt CONFIG)`` against this install."""
+    return os.path.join(os.path.dirname(__file__), "share", "cmake", "octopt")
+
+
+def info() -> dict:
+    """What this build is and what it runs on."""
+    return {
+        "version": _octopt.version(),
+        "compiler": _octopt.compiler(),
+        "simd": _octopt.simd_level(),
+        "cpu_features": _octopt.cpu_features(),
+        "threads": _octopt.get_num_threads(),
+        "cuda_built": _octopt.cuda_built(),
+        "cuda_runtime": _octopt.cuda_runtime_version() or None,
+        "cuda_available": _octopt.cuda_available(),
+        "cuda_devices": _octopt.cuda_device_count(),
+    }

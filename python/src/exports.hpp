@@ -1,0 +1,9 @@
+#pragma once
+// One export function per feature, all called from the single NB_MODULE in main.cpp.
+#include <nanobind/nanobind.h>
+
+namespace nb = nanobind;
+
+void export_runtime(nb::module_& m);
+void export_qmap(nb::module_& m);
+void export_blockwise(nb::module_& m);

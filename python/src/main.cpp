@@ -1,0 +1,8 @@
+#include "exports.hpp"
+
+NB_MODULE(_octopt, m) {
+  m.doc() = "octopt native core: quantization maps, block-wise quantization, runtime information";
+  export_runtime(m);
+  export_qmap(m);
+  export_blockwise(m);
+}
