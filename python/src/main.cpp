@@ -5,4 +5,5 @@ NB_MODULE(_octopt, m) {
   export_runtime(m);
   export_qmap(m);
   export_blockwise(m);
+  export_optim(m);
 }

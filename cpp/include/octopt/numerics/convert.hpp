@@ -84,3 +84,18 @@ OCTOPT_HD void store_f32(void* p, std::int64_t i, float v) {
 }
 
 }  // namespace octopt
+
+namespace octopt {
+
+// bfloat16 with stochastic rounding: adding 16 random low bits before truncation rounds up with
+// probability equal to the discarded fraction. Non-finite values round to nearest.
+OCTOPT_HD std::uint16_t f32_to_bf16_stochastic(float f, std::uint32_t random16) {
+  const std::uint32_t u = f32_bits(f);
+  if ((u & 0x7f800000u) == 0x7f800000u) return f32_to_bf16(f);
+  const std::uint32_t r = u + (random16 & 0xffffu);
+  // rounding the largest finite values up must not produce Inf
+  if ((r & 0x7f800000u) == 0x7f800000u) return std::uint16_t(u >> 16);
+  return std::uint16_t(r >> 16);
+}
+
+}  // namespace octopt

@@ -1,0 +1,103 @@
+#pragma once
+// The per-element update of every optimizer, shared by the CPU and CUDA backends. States arrive
+// dequantized to float32 (s0, s1, s2; their meaning per optimizer is listed in optim.hpp) and the
+// parameter update uses the fresh float32 moments.
+#include <cmath>
+
+#include "../config.hpp"
+#include "step_scalars.hpp"
+
+namespace octopt {
+
+enum class OptimKind : std::uint8_t { adam = 0, adamw, sgd, rmsprop, adagrad, lion, ademamix, lamb, lars };
+
+OCTOPT_HD float rule_sqrt(float x) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+
+// torch's lerp: a + w (b - a) for w < 0.5, else b - (b - a)(1 - w).
+OCTOPT_HD float rule_lerp(float a, float b, float w) {
+  return w < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
+}
+
+OCTOPT_HD float rule_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
+
+// Returns the new parameter value. For LAMB the returned value is only meaningful in the final
+// phase (trust filled in); `u_out` receives the LAMB update direction (or the LARS direction).
+template <OptimKind K>
+OCTOPT_HD float update_element(const SlotScalars& h, float p, float g, float& s0, float& s1, float& s2,
+                               float* u_out = nullptr) {
+  if (h.flags & kMaximize) g = -g;
+  if constexpr (K == OptimKind::adam || K == OptimKind::adamw) {
+    if (K == OptimKind::adam) {
+      g = g + h.weight_decay * p;  // coupled L2, as torch.optim.Adam
+    } else {
+      p = p * h.decay;  // decoupled decay before the update, as torch.optim.AdamW
+    }
+    s0 = rule_lerp(s0, g, h.one_minus_beta1);
+    s1 = s1 * h.beta2 + h.one_minus_beta2 * g * g;
+    const float denom = rule_sqrt(s1) / h.bc2_sqrt + h.eps;
+    return p - h.step_size * (s0 / denom);
+  } else if constexpr (K == OptimKind::sgd) {
+    float d = g + h.weight_decay * p;
+    if (h.momentum != 0.0f) {
+      s0 = (h.flags & kFirstStep) ? d : s0 * h.momentum + h.one_minus_dampening * d;
+      d = (h.flags & kNesterov) ? d + h.momentum * s0 : s0;
+    }
+    return p - h.lr * d;
+  } else if constexpr (K == OptimKind::rmsprop) {
+    // s0: square average, s1: momentum buffer, s2: gradient average (centered)
+    g = g + h.weight_decay * p;
+    s0 = s0 * h.alpha + h.one_minus_alpha * g * g;
+    float avg;
+    if (h.flags & kCentered) {
+      s2 = rule_lerp(s2, g, h.one_minus_alpha);
+      avg = rule_sqrt(s0 - s2 * s2) + h.eps;
+    } else {
+      avg = rule_sqrt(s0) + h.eps;
+    }
+    if (h.momentum > 0.0f) {
+      s1 = s1 * h.momentum + g / avg;
+      return p - h.lr * s1;
+    }
+    return p - h.lr * (g / avg);
+  } else if constexpr (K == OptimKind::adagrad) {
+    g = g + h.weight_decay * p;
+    s0 = s0 + g * g;
+    return p - h.step_size * (g / (rule_sqrt(s0) + h.eps));
+  } else if constexpr (K == OptimKind::lion) {
+    // Chen et al. 2023, Alg. 2: the sign of an interpolation drives the update, then the EMA moves.
+    const float c = h.beta1 * s0 + h.one_minus_beta1 * g;
+    s0 = h.beta2 * s0 + h.one_minus_beta2 * g;
+    return p * h.decay - h.lr * rule_sign(c);
+  } else if constexpr (K == OptimKind::ademamix) {
+    // Pagliardini et al. 2024, Alg. 1: s0 fast EMA m1, s1 second moment nu, s2 slow EMA m2.
+    s0 = h.beta1 * s0 + h.one_minus_beta1 * g;
+    s2 = h.beta3 * s2 + h.one_minus_beta3 * g;
+    s1 = h.beta2 * s1 + h.one_minus_beta2 * g * g;
+    const float denom = rule_sqrt(s1) / h.bc2_sqrt + h.eps;
+    return p * h.decay - h.lr * ((s0 / h.bc1 + h.alpha * s2) / denom);
+  } else if constexpr (K == OptimKind::lamb) {
+    // You et al. 2020, Alg. 2: Adam direction plus decoupled decay, scaled by the trust ratio.
+    s0 = h.beta1 * s0 + h.one_minus_beta1 * g;
+    s1 = h.beta2 * s1 + h.one_minus_beta2 * g * g;
+    const float u = (s0 / h.bc1) / (rule_sqrt(s1) / h.bc2_sqrt + h.eps) + h.weight_decay * p;
+    if (u_out) *u_out = u;
+    return p - h.lr * h.trust * u;
+  } else {  // lars
+    // You et al. 2017, Alg. 1: v = m v + lr * trust * (g + wd w); w = w - v.
+    const float d = g + h.weight_decay * p;
+    if (u_out) *u_out = d;
+    if (h.momentum != 0.0f) {
+      s0 = h.momentum * s0 + h.lr * h.trust * d;
+      return p - s0;
+    }
+    return p - h.lr * h.trust * d;
+  }
+}
+
+}  // namespace octopt
