@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "cpu/kernels.hpp"
 #include "octopt/version.hpp"
 
 namespace octopt {
@@ -20,16 +21,9 @@ std::string compiler() {
 #endif
 }
 
-std::string simd_level() {
-  // The CPU kernels are portable C++ compiled for the baseline of the target architecture.
-#if defined(__x86_64__) || defined(_M_X64)
-  return "baseline (x86-64, SSE2)";
-#elif defined(__aarch64__)
-  return "baseline (aarch64, NEON)";
-#else
-  return "baseline (scalar)";
-#endif
-}
+std::string simd_level() { return cpu::active().name; }
+
+void set_simd_level(const std::string& name) { cpu::set_isa(name.c_str()); }
 
 std::string cpu_features() {
   std::string out;

@@ -8,6 +8,7 @@ void export_runtime(nb::module_& m) {
   m.def("version", &octopt::version);
   m.def("compiler", &octopt::compiler);
   m.def("simd_level", &octopt::simd_level);
+  m.def("set_simd_level", &octopt::set_simd_level, nb::arg("name"));
   m.def("cpu_features", &octopt::cpu_features);
   m.def("cuda_built", &octopt::cuda::built);
   m.def("cuda_available", &octopt::cuda::available);

@@ -2,6 +2,9 @@
 // Per-element math is written once and compiled for both host and device.
 #if defined(__CUDACC__)
 #define OCTOPT_HD __host__ __device__ __forceinline__
+#elif defined(__GNUC__)
+// always inlined, so that the per-instruction-set CPU kernels get the code in their own ISA
+#define OCTOPT_HD inline __attribute__((always_inline))
 #else
 #define OCTOPT_HD inline
 #endif

@@ -6,7 +6,10 @@ namespace octopt {
 
 std::string version();
 std::string compiler();    // the C++ compiler that built the core
-std::string simd_level();  // instruction set of the CPU kernels in use
+std::string simd_level();  // instruction set of the CPU kernels in use: baseline, avx2 or avx512
+// Forces the CPU kernels ("baseline", "avx2", "avx512"; "" = best available). All variants give
+// bit-identical results; OCTOPT_ISA in the environment sets the initial choice.
+void set_simd_level(const std::string& name);
 std::string cpu_features();  // relevant features the CPU reports
 
 namespace cuda {

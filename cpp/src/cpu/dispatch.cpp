@@ -1,0 +1,60 @@
+#include <atomic>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "kernels.hpp"
+
+namespace octopt::cpu {
+namespace {
+
+bool cpu_has(const std::string& isa) {
+#if defined(OCTOPT_X86_KERNELS)
+  __builtin_cpu_init();
+  if (isa == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  if (isa == "avx512")
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && cpu_has("avx2");
+#endif
+  return isa == "baseline";
+}
+
+const Kernels* by_name(const std::string& name) {
+  if (name == "baseline" || name == "scalar") return &kernels_baseline();
+#if defined(OCTOPT_X86_KERNELS)
+  if (name == "avx2") return cpu_has("avx2") ? &kernels_avx2() : nullptr;
+  if (name == "avx512") return cpu_has("avx512") ? &kernels_avx512() : nullptr;
+#endif
+  return nullptr;
+}
+
+const Kernels* choose(const std::string& forced) {
+  if (!forced.empty()) {
+    const Kernels* k = by_name(forced);
+    if (!k)
+      throw std::invalid_argument("OCTOPT_ISA: '" + forced +
+                                  "' is not available here (choose baseline, avx2 or avx512 as the CPU allows)");
+    return k;
+  }
+  for (const char* n : {"avx512", "avx2"})
+    if (const Kernels* k = by_name(n)) return k;
+  return &kernels_baseline();
+}
+
+std::atomic<const Kernels*> g_active{nullptr};
+
+}  // namespace
+
+const Kernels& active() {
+  const Kernels* k = g_active.load(std::memory_order_acquire);
+  if (!k) {
+    const char* env = std::getenv("OCTOPT_ISA");
+    k = choose(env ? env : "");
+    g_active.store(k, std::memory_order_release);
+  }
+  return *k;
+}
+
+void set_isa(const char* name) { g_active.store(choose(name ? name : ""), std::memory_order_release); }
+
+}  // namespace octopt::cpu

@@ -1,0 +1,199 @@
+#pragma once
+// Exact nearest-code search and code lookup for one block, in three instruction sets. The
+// search is the same branch-free binary search over the decision thresholds everywhere; the
+// SIMD variants hold each level of the search in registers (AVX-512) or gather it (AVX2).
+// Included by kernels_impl.cpp after its target pragma: everything here is compiled per ISA.
+#include <cstdint>
+#include <cstring>
+
+#if defined(OCTOPT_X86_KERNELS)
+#include <immintrin.h>
+#endif
+
+#include "octopt/numerics/codebook.hpp"
+#include "octopt/numerics/convert.hpp"
+
+namespace octopt::cpu::OCTOPT_ISA_NS {
+
+// Thresholds reordered by search level: level s (s = size/2 .. 1) holds size/(2s) entries,
+// entry j being thresholds[j * 2s + s - 1], starting at offset size/(2s) - 1.
+struct Levels {
+  alignas(64) float lvl[256];
+  int size;
+  bool simd;  // the sign rule is a no-op for this map, so the plain search is the whole answer
+};
+
+inline void make_levels(const Codebook& cb, Levels& L) {
+  L.size = cb.size;
+  for (int s = cb.size / 2; s >= 1; s /= 2) {
+    const int off = cb.size / (2 * s) - 1;
+    for (int j = 0; j < cb.size / (2 * s); ++j) L.lvl[off + j] = cb.thresholds[j * 2 * s + s - 1];
+  }
+  for (int i = cb.size - 1; i < 256; ++i) L.lvl[i] = 3.0e38f;
+  bool has_zero = false;
+  for (int i = 0; i < cb.size; ++i) has_zero |= cb.values[i] == 0.0f;
+  L.simd = has_zero || cb.first_nonneg == 0 || cb.last_nonpos == cb.size - 1;
+}
+
+// codes[i] = nearest code of v[i] / scale, i < len (one code per byte).
+inline void encode_block(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
+                         std::uint8_t* codes) {
+  int i = 0;
+  if (L.simd) {
+#if defined(OCTOPT_ISA_AVX512)
+    const __m512 vs = _mm512_set1_ps(scale);
+    if (L.size == 256) {
+      const __m512 l128 = _mm512_set1_ps(L.lvl[0]);
+      const __m512 l64 = _mm512_maskz_loadu_ps(0x3, L.lvl + 1);
+      const __m512 l32 = _mm512_maskz_loadu_ps(0xf, L.lvl + 3);
+      const __m512 l16 = _mm512_maskz_loadu_ps(0xff, L.lvl + 7);
+      const __m512 l8 = _mm512_loadu_ps(L.lvl + 15);
+      const __m512 l4a = _mm512_loadu_ps(L.lvl + 31), l4b = _mm512_loadu_ps(L.lvl + 47);
+      __m512 l2[4], l1[8];
+      for (int k = 0; k < 4; ++k) l2[k] = _mm512_loadu_ps(L.lvl + 63 + 16 * k);
+      for (int k = 0; k < 8; ++k) l1[k] = _mm512_loadu_ps(L.lvl + 127 + 16 * k);
+      const __m512i b5 = _mm512_set1_epi32(32), b6 = _mm512_set1_epi32(64);
+      for (; i < len; i += 16) {
+        const __mmask16 m = len - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - i)) - 1u);
+        const __m512 r = _mm512_div_ps(_mm512_maskz_loadu_ps(m, v + i), vs);
+        __m512i c = _mm512_setzero_si512();
+        auto step = [&](__m512 t, int s) {
+          c = _mm512_mask_add_epi32(c, _mm512_cmp_ps_mask(t, r, _CMP_LE_OQ), c, _mm512_set1_epi32(s));
+        };
+        step(l128, 128);
+        step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 7), l64), 64);
+        step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 6), l32), 32);
+        step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 5), l16), 16);
+        step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), l8), 8);
+        step(_mm512_permutex2var_ps(l4a, _mm512_srli_epi32(c, 3), l4b), 4);
+        {
+          const __m512i j = _mm512_srli_epi32(c, 2);
+          const __m512 lo = _mm512_permutex2var_ps(l2[0], j, l2[1]);
+          const __m512 hi = _mm512_permutex2var_ps(l2[2], j, l2[3]);
+          step(_mm512_mask_blend_ps(_mm512_test_epi32_mask(j, b5), lo, hi), 2);
+        }
+        {
+          const __m512i j = _mm512_srli_epi32(c, 1);
+          const __mmask16 s5 = _mm512_test_epi32_mask(j, b5);
+          const __m512 q0 = _mm512_mask_blend_ps(s5, _mm512_permutex2var_ps(l1[0], j, l1[1]),
+                                                 _mm512_permutex2var_ps(l1[2], j, l1[3]));
+          const __m512 q1 = _mm512_mask_blend_ps(s5, _mm512_permutex2var_ps(l1[4], j, l1[5]),
+                                                 _mm512_permutex2var_ps(l1[6], j, l1[7]));
+          step(_mm512_mask_blend_ps(_mm512_test_epi32_mask(j, b6), q0, q1), 1);
+        }
+        _mm512_mask_cvtepi32_storeu_epi8(codes + i, m, c);
+      }
+      return;
+    }
+    if (L.size == 16) {
+      const __m512 l8 = _mm512_set1_ps(L.lvl[0]);
+      const __m512 l4 = _mm512_maskz_loadu_ps(0x3, L.lvl + 1);
+      const __m512 l2 = _mm512_maskz_loadu_ps(0xf, L.lvl + 3);
+      const __m512 l1 = _mm512_maskz_loadu_ps(0xff, L.lvl + 7);
+      for (; i < len; i += 16) {
+        const __mmask16 m = len - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - i)) - 1u);
+        const __m512 r = _mm512_div_ps(_mm512_maskz_loadu_ps(m, v + i), vs);
+        __m512i c = _mm512_setzero_si512();
+        auto step = [&](__m512 t, int s) {
+          c = _mm512_mask_add_epi32(c, _mm512_cmp_ps_mask(t, r, _CMP_LE_OQ), c, _mm512_set1_epi32(s));
+        };
+        step(l8, 8);
+        step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 3), l4), 4);
+        step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 2), l2), 2);
+        step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 1), l1), 1);
+        _mm512_mask_cvtepi32_storeu_epi8(codes + i, m, c);
+      }
+      return;
+    }
+#elif defined(OCTOPT_ISA_AVX2)
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (; i + 8 <= len; i += 8) {
+      const __m256 r = _mm256_div_ps(_mm256_loadu_ps(v + i), vs);
+      __m256i c = _mm256_setzero_si256();
+      for (int s = L.size / 2; s >= 1; s /= 2) {
+        const int off = L.size / (2 * s) - 1;
+        const __m256i j = _mm256_srlv_epi32(c, _mm256_set1_epi32(__builtin_ctz(unsigned(2 * s))));
+        const __m256 t = _mm256_i32gather_ps(L.lvl + off, j, 4);
+        const __m256 le = _mm256_cmp_ps(t, r, _CMP_LE_OQ);
+        c = _mm256_add_epi32(c, _mm256_and_si256(_mm256_castps_si256(le), _mm256_set1_epi32(s)));
+      }
+      alignas(32) std::int32_t out[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out), c);
+      for (int k = 0; k < 8; ++k) codes[i + k] = std::uint8_t(out[k]);
+    }
+#endif
+  }
+  for (; i < len; ++i) codes[i] = std::uint8_t(nearest_code(cb, v[i] / scale));
+}
+
+// out[i] = values[codes[i]] * a for i < len (codes one per byte).
+inline void decode_block(const Codebook& cb, const std::uint8_t* codes, int len, float a, float* out) {
+  int i = 0;
+#if defined(OCTOPT_ISA_AVX512)
+  const __m512 va = _mm512_set1_ps(a);
+  if (cb.size == 256) {
+    __m512 V[16];
+    for (int k = 0; k < 16; ++k) V[k] = _mm512_loadu_ps(cb.values + 16 * k);
+    const __m512i b5 = _mm512_set1_epi32(32), b6 = _mm512_set1_epi32(64), b7 = _mm512_set1_epi32(128);
+    for (; i < len; i += 16) {
+      const __mmask16 m = len - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - i)) - 1u);
+      const __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, codes + i));
+      const __mmask16 s5 = _mm512_test_epi32_mask(c, b5), s6 = _mm512_test_epi32_mask(c, b6);
+      __m512 q[4];
+      for (int k = 0; k < 4; ++k)
+        q[k] = _mm512_mask_blend_ps(s5, _mm512_permutex2var_ps(V[4 * k], c, V[4 * k + 1]),
+                                    _mm512_permutex2var_ps(V[4 * k + 2], c, V[4 * k + 3]));
+      const __m512 lo = _mm512_mask_blend_ps(s6, q[0], q[1]);
+      const __m512 hi = _mm512_mask_blend_ps(s6, q[2], q[3]);
+      const __m512 val = _mm512_mask_blend_ps(_mm512_test_epi32_mask(c, b7), lo, hi);
+      _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(val, va));
+    }
+    return;
+  }
+  if (cb.size == 16) {
+    const __m512 V = _mm512_loadu_ps(cb.values);
+    for (; i < len; i += 16) {
+      const __mmask16 m = len - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - i)) - 1u);
+      const __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, codes + i));
+      _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_permutexvar_ps(c, V), va));
+    }
+    return;
+  }
+#elif defined(OCTOPT_ISA_AVX2)
+  const __m256 va = _mm256_set1_ps(a);
+  for (; i + 8 <= len; i += 8) {
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_i32gather_ps(cb.values, c, 4), va));
+  }
+#endif
+  for (; i < len; ++i) out[i] = cb.values[codes[i]] * a;
+}
+
+// 4-bit packing: byte k holds codes 2k (low nibble) and 2k+1 (high nibble; 0 past the end).
+inline void pack4(const std::uint8_t* codes, int len, std::uint8_t* out) {
+  for (int k = 0; k < len / 2; ++k) out[k] = std::uint8_t(codes[2 * k] | (codes[2 * k + 1] << 4));
+  if (len & 1) out[len / 2] = codes[len - 1];
+}
+
+inline void unpack4(const std::uint8_t* packed, int len, std::uint8_t* codes) {
+  for (int k = 0; k < len / 2; ++k) {
+    codes[2 * k] = packed[k] & 0x0f;
+    codes[2 * k + 1] = std::uint8_t(packed[k] >> 4);
+  }
+  if (len & 1) codes[len - 1] = packed[len / 2] & 0x0f;
+}
+
+// max |v[i]| as the float whose bit pattern is the largest masked pattern: exact, and NaN/Inf
+// give a pattern >= 0x7f800000, i.e. a non-finite result.
+inline float abs_max(const float* v, int len) {
+  std::uint32_t m = 0;
+  for (int i = 0; i < len; ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, v + i, 4);
+    u &= 0x7fffffffu;
+    m = u > m ? u : m;
+  }
+  return bits_f32(m);
+}
+
+}  // namespace octopt::cpu::OCTOPT_ISA_NS

@@ -1,0 +1,326 @@
+// CPU kernels, compiled once per instruction set: OCTOPT_ISA_AVX512, OCTOPT_ISA_AVX2 or neither
+// (baseline). Headers come first, before the target pragma, so that inline functions shared with
+// other translation units keep the baseline instruction set (no ODR mixing of ISAs).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "kernels.hpp"
+#include "octopt/numerics/codebook.hpp"
+#include "octopt/numerics/convert.hpp"
+#include "octopt/numerics/rng.hpp"
+#include "octopt/numerics/update_rules.hpp"
+
+#if defined(OCTOPT_X86_KERNELS)
+#include <immintrin.h>
+#endif
+
+#if defined(OCTOPT_ISA_AVX512)
+#define OCTOPT_ISA_NS isa_avx512
+#define OCTOPT_KERNELS_FN kernels_avx512
+#define OCTOPT_ISA_NAME "avx512"
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2,popcnt")
+#elif defined(OCTOPT_ISA_AVX2)
+#define OCTOPT_ISA_NS isa_avx2
+#define OCTOPT_KERNELS_FN kernels_avx2
+#define OCTOPT_ISA_NAME "avx2"
+#pragma GCC target("avx2,fma,f16c,bmi,bmi2,popcnt")
+#else
+#define OCTOPT_ISA_NS isa_baseline
+#define OCTOPT_KERNELS_FN kernels_baseline
+#define OCTOPT_ISA_NAME "baseline"
+#endif
+
+#include "encode.hpp"
+
+namespace octopt::cpu::OCTOPT_ISA_NS {
+namespace {
+
+template <DType D>
+void load_block(const void* src, std::int64_t i0, int len, float* out) {
+  for (int i = 0; i < len; ++i) out[i] = load_f32<D>(src, i0 + i);
+}
+
+template <DType D>
+void store_block(void* dst, std::int64_t i0, int len, const float* v) {
+  for (int i = 0; i < len; ++i) store_f32<D>(dst, i0 + i, v[i]);
+}
+
+void load_any(const void* src, DType d, std::int64_t i0, int len, float* out) {
+  switch (d) {
+    case DType::f32: std::memcpy(out, static_cast<const float*>(src) + i0, sizeof(float) * std::size_t(len)); return;
+    case DType::f16: return load_block<DType::f16>(src, i0, len, out);
+    case DType::bf16: return load_block<DType::bf16>(src, i0, len, out);
+  }
+}
+
+void store_any(void* dst, DType d, std::int64_t i0, int len, const float* v) {
+  switch (d) {
+    case DType::f32: std::memcpy(static_cast<float*>(dst) + i0, v, sizeof(float) * std::size_t(len)); return;
+    case DType::f16: return store_block<DType::f16>(dst, i0, len, v);
+    case DType::bf16: return store_block<DType::bf16>(dst, i0, len, v);
+  }
+}
+
+struct Scratch {
+  alignas(64) float x[kMaxBlockSize];
+  alignas(64) std::uint8_t codes[kMaxBlockSize];
+};
+
+Scratch& scratch() {
+  thread_local std::unique_ptr<Scratch> s(new Scratch());
+  return *s;
+}
+
+// Codes of one block (any bits) from float values and their scale; stochastic rounding is scalar.
+void encode_codes(const Codebook& cb, const Levels& L, const float* v, int len, float scale, bool clip,
+                  bool stochastic, std::uint64_t key, std::int64_t i0, std::uint8_t* out) {
+  if (!stochastic && !clip) return encode_block(cb, L, v, len, scale, out);
+  for (int i = 0; i < len; ++i) {
+    float r = v[i] / scale;
+    if (clip) r = std::min(std::max(r, -1.0f), 1.0f);
+    out[i] = std::uint8_t(stochastic ? stochastic_code(cb, r, uniform01(key, std::uint64_t(i0 + i))) : nearest_code(cb, r));
+  }
+}
+
+void write_codes(const std::uint8_t* codes, int len, int bits, std::int64_t i0, std::uint8_t* dst) {
+  if (bits == 8) std::memcpy(dst + i0, codes, std::size_t(len));
+  else pack4(codes, len, dst + i0 / 2);
+}
+
+void read_codes(const std::uint8_t* src, int len, int bits, std::int64_t i0, std::uint8_t* codes) {
+  if (bits == 8) std::memcpy(codes, src + i0, std::size_t(len));
+  else unpack4(src + i0 / 2, len, codes);
+}
+
+std::int64_t quantize(const void* x, DType dtype, std::int64_t n, const Codebook& cb, int block_size, int bits,
+                      Rounding rounding, std::uint64_t key, std::uint8_t* codes, float* absmax, std::int64_t b0,
+                      std::int64_t b1) {
+  Scratch& s = scratch();
+  Levels L;
+  make_levels(cb, L);
+  std::int64_t bad = 0;
+  for (std::int64_t b = b0; b < b1; ++b) {
+    const std::int64_t i0 = b * block_size;
+    const int len = int(std::min<std::int64_t>(block_size, n - i0));
+    load_any(x, dtype, i0, len, s.x);
+    float amax = abs_max(s.x, len);
+    absmax[b] = amax;
+    if (!is_finite_abs(amax)) {
+      ++bad;
+      std::fill(s.x, s.x + len, 0.0f);
+      amax = 1.0f;
+    } else if (amax == 0.0f) {
+      amax = 1.0f;  // all-zero block: every code is the code of 0, which dequantizes to exact zeros
+    }
+    encode_codes(cb, L, s.x, len, amax, false, rounding == Rounding::stochastic, key, i0, s.codes);
+    write_codes(s.codes, len, bits, i0, codes);
+  }
+  return bad;
+}
+
+void dequantize(const std::uint8_t* codes, const float* absmax, std::int64_t n, const Codebook& cb, int block_size,
+                int bits, DType out_dtype, void* out, std::int64_t b0, std::int64_t b1) {
+  Scratch& s = scratch();
+  for (std::int64_t b = b0; b < b1; ++b) {
+    const std::int64_t i0 = b * block_size;
+    const int len = int(std::min<std::int64_t>(block_size, n - i0));
+    read_codes(codes, len, bits, i0, s.codes);
+    decode_block(cb, s.codes, len, absmax[b], s.x);
+    store_any(out, out_dtype, i0, len, s.x);
+  }
+}
+
+std::int64_t count_nonfinite(const void* g, DType dtype, std::int64_t n, int block_size, std::int64_t b0,
+                             std::int64_t b1) {
+  Scratch& s = scratch();
+  std::int64_t bad = 0;
+  for (std::int64_t b = b0; b < b1; ++b) {
+    const std::int64_t i0 = b * block_size;
+    const int len = int(std::min<std::int64_t>(block_size, n - i0));
+    load_any(g, dtype, i0, len, s.x);
+    bad += is_finite_abs(abs_max(s.x, len)) ? 0 : 1;
+  }
+  return bad;
+}
+
+// ---- optimizer steps ---------------------------------------------------------------------------
+
+struct OptimScratch {
+  alignas(64) float p[kMaxBlockSize];
+  alignas(64) float g[kMaxBlockSize];
+  alignas(64) float s[3][kMaxBlockSize];
+  alignas(64) float u[kMaxBlockSize];
+  alignas(64) float tmp[kMaxBlockSize];
+  alignas(64) std::uint8_t codes[kMaxBlockSize];
+};
+
+OptimScratch& optim_scratch() {
+  thread_local std::unique_ptr<OptimScratch> s(new OptimScratch());
+  return *s;
+}
+
+std::uint64_t state_key(const StepConfig& cfg, const ParamSlot& slot, int which) {
+  return rng_key(cfg.seed ^ mix64(slot.rng_stream + 1), std::uint64_t(cfg.step) * 4u + std::uint64_t(which));
+}
+
+void load_state(const StateBuffer& st, const Codebook* cbs, std::int64_t b, std::int64_t i0, int len, float* out,
+                std::uint8_t* codes) {
+  if (st.bits == 32) {
+    std::memcpy(out, static_cast<const float*>(st.data) + i0, sizeof(float) * std::size_t(len));
+    return;
+  }
+  read_codes(static_cast<const std::uint8_t*>(st.data), len, st.bits, i0, codes);
+  decode_block(cbs[st.codebook], codes, len, st.absmax[b], out);
+}
+
+// The block scale: max |x|, or with a percentile q in (0, 100) the q-th percentile of |x|.
+float block_scale(const float* v, int len, float percentile, float* tmp) {
+  if (percentile > 0.0f && percentile < 100.0f && len > 1) {
+    for (int i = 0; i < len; ++i) tmp[i] = std::fabs(v[i]);
+    const int k = std::clamp(int(std::ceil(double(percentile) / 100.0 * len)) - 1, 0, len - 1);
+    std::nth_element(tmp, tmp + k, tmp + len);
+    return tmp[k];
+  }
+  return abs_max(v, len);
+}
+
+void store_state(const StateBuffer& st, const Codebook* cbs, const Levels& levels, std::int64_t b, std::int64_t i0,
+                 int len, const float* v, const StepConfig& cfg, std::uint64_t key, OptimScratch& s) {
+  if (st.bits == 32) {
+    std::memcpy(static_cast<float*>(st.data) + i0, v, sizeof(float) * std::size_t(len));
+    return;
+  }
+  const float scale = block_scale(v, len, cfg.percentile, s.tmp);
+  st.absmax[b] = scale;
+  const bool clip = cfg.percentile > 0.0f && cfg.percentile < 100.0f;
+  encode_codes(cbs[st.codebook], levels, v, len, scale > 0.0f ? scale : 1.0f, clip,
+               cfg.stochastic_state, key, i0, s.codes);
+  write_codes(s.codes, len, st.bits, i0, static_cast<std::uint8_t*>(st.data));
+}
+
+template <OptimKind K>
+void update_loop(const SlotScalars& hs, int len, float* __restrict p, const float* __restrict g, float* __restrict s0,
+                 float* __restrict s1, float* __restrict s2) {
+  const SlotScalars h = hs;
+  for (int i = 0; i < len; ++i) p[i] = update_element<K>(h, p[i], g[i], s0[i], s1[i], s2[i]);
+}
+
+template <OptimKind K>
+void direction_loop(const SlotScalars& hs, int len, const float* __restrict p, const float* __restrict g,
+                    const float* __restrict s0, const float* __restrict s1, const float* __restrict s2,
+                    float* __restrict u) {
+  const SlotScalars h = hs;
+  for (int i = 0; i < len; ++i) {
+    float a = s0[i], c = s1[i], d = s2[i];
+    update_element<K>(h, p[i], g[i], a, c, d, u + i);
+  }
+}
+
+template <OptimKind K, DType P, DType G>
+std::int64_t run_blocks(const StepConfig& cfg, const ParamSlot& slot, std::int64_t b0, std::int64_t b1,
+                        OptimPhase phase, double* norms) {
+  OptimScratch& s = optim_scratch();
+  const int bs = slot.block_size;
+  constexpr int kStates = (K == OptimKind::adam || K == OptimKind::adamw || K == OptimKind::lamb)       ? 2
+                          : (K == OptimKind::ademamix || K == OptimKind::rmsprop) ? 3
+                                                                                   : 1;
+  Levels levels[3];
+  for (int k = 0; k < kStates; ++k)
+    if (slot.state[k].data && slot.state[k].bits != 32) make_levels(cfg.codebooks[slot.state[k].codebook], levels[k]);
+  std::int64_t skipped = 0;
+  for (std::int64_t b = b0; b < b1; ++b) {
+    const std::int64_t i0 = b * bs;
+    const int len = int(std::min<std::int64_t>(bs, slot.n - i0));
+    load_block<G>(slot.grad, i0, len, s.g);
+    if (!is_finite_abs(abs_max(s.g, len))) {
+      ++skipped;
+      continue;
+    }
+    load_block<P>(slot.param, i0, len, s.p);
+    if (phase == OptimPhase::norms && K == OptimKind::lars) {
+      double pp = 0.0, gg = 0.0;
+      for (int i = 0; i < len; ++i) {
+        pp += double(s.p[i]) * double(s.p[i]);
+        gg += double(s.g[i]) * double(s.g[i]);
+      }
+      norms[0] += pp;
+      norms[1] += gg;
+      continue;
+    }
+    for (int k = 0; k < kStates; ++k) {
+      if (slot.state[k].data) load_state(slot.state[k], cfg.codebooks, b, i0, len, s.s[k], s.codes);
+      else std::fill(s.s[k], s.s[k] + len, 0.0f);
+    }
+    if (phase == OptimPhase::norms) {  // LAMB: the norm of the update direction
+      direction_loop<K>(slot.scalars, len, s.p, s.g, s.s[0], s.s[1], s.s[2], s.u);
+      double pp = 0.0, uu = 0.0;
+      for (int i = 0; i < len; ++i) {
+        pp += double(s.p[i]) * double(s.p[i]);
+        uu += double(s.u[i]) * double(s.u[i]);
+      }
+      norms[0] += pp;
+      norms[1] += uu;
+      continue;
+    }
+    update_loop<K>(slot.scalars, len, s.p, s.g, s.s[0], s.s[1], s.s[2]);
+    if (P == DType::bf16 && cfg.stochastic_bf16) {
+      const std::uint64_t key = state_key(cfg, slot, 3);
+      auto* out = static_cast<std::uint16_t*>(slot.param);
+      for (int i = 0; i < len; ++i) {
+        const std::uint32_t r = std::uint32_t(mix64(key + std::uint64_t(i0 + i) * kGolden64) >> 48);
+        out[i0 + i] = f32_to_bf16_stochastic(s.p[i], r);
+      }
+    } else {
+      store_block<P>(slot.param, i0, len, s.p);
+    }
+    for (int k = 0; k < kStates; ++k) {
+      if (slot.state[k].data)
+        store_state(slot.state[k], cfg.codebooks, levels[k], b, i0, len, s.s[k], cfg, state_key(cfg, slot, k), s);
+    }
+  }
+  return skipped;
+}
+
+template <OptimKind K, DType P>
+OptimBlockFn select_grad(DType g) {
+  if (g == P) return &run_blocks<K, P, P>;
+  return &run_blocks<K, P, DType::f32>;
+}
+
+template <OptimKind K>
+OptimBlockFn select_param(DType p, DType g) {
+  switch (p) {
+    case DType::f32: return &run_blocks<K, DType::f32, DType::f32>;
+    case DType::f16: return select_grad<K, DType::f16>(g);
+    case DType::bf16: return select_grad<K, DType::bf16>(g);
+  }
+  return nullptr;
+}
+
+OptimBlockFn select_optim(OptimKind k, DType p, DType g) {
+  switch (k) {
+    case OptimKind::adam: return select_param<OptimKind::adam>(p, g);
+    case OptimKind::adamw: return select_param<OptimKind::adamw>(p, g);
+    case OptimKind::sgd: return select_param<OptimKind::sgd>(p, g);
+    case OptimKind::rmsprop: return select_param<OptimKind::rmsprop>(p, g);
+    case OptimKind::adagrad: return select_param<OptimKind::adagrad>(p, g);
+    case OptimKind::lion: return select_param<OptimKind::lion>(p, g);
+    case OptimKind::ademamix: return select_param<OptimKind::ademamix>(p, g);
+    case OptimKind::lamb: return select_param<OptimKind::lamb>(p, g);
+    case OptimKind::lars: return select_param<OptimKind::lars>(p, g);
+  }
+  return nullptr;
+}
+
+}  // namespace
+}  // namespace octopt::cpu::OCTOPT_ISA_NS
+
+namespace octopt::cpu {
+const Kernels& OCTOPT_KERNELS_FN() {
+  static const Kernels k{OCTOPT_ISA_NAME, &OCTOPT_ISA_NS::quantize, &OCTOPT_ISA_NS::dequantize,
+                         &OCTOPT_ISA_NS::select_optim, &OCTOPT_ISA_NS::count_nonfinite};
+  return k;
+}
+}  // namespace octopt::cpu
