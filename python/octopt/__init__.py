@@ -4,6 +4,7 @@ from ._octopt import version as _version
 from .functional import dequantize_blockwise, quantize_blockwise
 from .maps import dynamic_map, fp8_map, linear_map, quantile_map
 from .runtime import cmake_dir, cuda_available, cuda_built, get_num_threads, info, set_num_threads
+from .state_file import StateFileError
 
 __version__ = _version()
 
@@ -21,4 +22,5 @@ __all__ = [
     "quantile_map",
     "quantize_blockwise",
     "set_num_threads",
+    "StateFileError",
 ]

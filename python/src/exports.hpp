@@ -7,3 +7,4 @@ namespace nb = nanobind;
 void export_runtime(nb::module_& m);
 void export_qmap(nb::module_& m);
 void export_blockwise(nb::module_& m);
+void export_state_io(nb::module_& m);
