@@ -6,6 +6,7 @@ from .maps import dynamic_map, fp8_map, linear_map, quantile_map
 from .optimizer import Optimizer
 from .optimizers import LAMB, LARS, SGD, AdEMAMix, Adagrad, Adam, AdamW, Lion, RMSprop
 from .runtime import cmake_dir, cuda_available, cuda_built, get_num_threads, info, set_num_threads
+from .state_file import StateFileError
 
 __version__ = _version()
 
@@ -33,4 +34,5 @@ __all__ = [
     "quantile_map",
     "quantize_blockwise",
     "set_num_threads",
+    "StateFileError",
 ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import _inspect_cmd
+
 
 def _cmd_info(args: argparse.Namespace) -> int:
     from .runtime import info
@@ -30,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="print the build: version, compiler, SIMD level, threads, CUDA").set_defaults(
         func=_cmd_info)
+    _inspect_cmd.register(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -8,3 +8,4 @@ void export_runtime(nb::module_& m);
 void export_qmap(nb::module_& m);
 void export_blockwise(nb::module_& m);
 void export_optim(nb::module_& m);
+void export_state_io(nb::module_& m);

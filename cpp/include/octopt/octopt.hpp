@@ -4,5 +4,6 @@
 #include "dtype.hpp"
 #include "qmap.hpp"
 #include "runtime.hpp"
+#include "state_io.hpp"
 #include "threading.hpp"
 #include "version.hpp"
