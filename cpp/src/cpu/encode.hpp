@@ -53,35 +53,45 @@ inline void encode_block(const Codebook& cb, const Levels& L, const float* v, in
       for (int k = 0; k < 4; ++k) l2[k] = _mm512_loadu_ps(L.lvl + 63 + 16 * k);
       for (int k = 0; k < 8; ++k) l1[k] = _mm512_loadu_ps(L.lvl + 127 + 16 * k);
       const __m512i b5 = _mm512_set1_epi32(32), b6 = _mm512_set1_epi32(64);
-      for (; i < len; i += 16) {
-        const __mmask16 m = len - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - i)) - 1u);
-        const __m512 r = _mm512_div_ps(_mm512_maskz_loadu_ps(m, v + i), vs);
-        __m512i c = _mm512_setzero_si512();
-        auto step = [&](__m512 t, int s) {
-          c = _mm512_mask_add_epi32(c, _mm512_cmp_ps_mask(t, r, _CMP_LE_OQ), c, _mm512_set1_epi32(s));
-        };
-        step(l128, 128);
-        step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 7), l64), 64);
-        step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 6), l32), 32);
-        step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 5), l16), 16);
-        step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), l8), 8);
-        step(_mm512_permutex2var_ps(l4a, _mm512_srli_epi32(c, 3), l4b), 4);
-        {
-          const __m512i j = _mm512_srli_epi32(c, 2);
-          const __m512 lo = _mm512_permutex2var_ps(l2[0], j, l2[1]);
-          const __m512 hi = _mm512_permutex2var_ps(l2[2], j, l2[3]);
-          step(_mm512_mask_blend_ps(_mm512_test_epi32_mask(j, b5), lo, hi), 2);
+      // U independent vectors per iteration: the eight levels are a dependent chain, so
+      // interleaving several keeps the permute and compare units busy.
+      constexpr int U = 2;
+      for (; i < len; i += 16 * U) {
+        __mmask16 m[U];
+        __m512 r[U];
+        __m512i c[U];
+        for (int u = 0; u < U; ++u) {
+          const int rem = len - i - 16 * u;
+          m[u] = rem >= 16 ? __mmask16(0xffff) : rem <= 0 ? __mmask16(0) : __mmask16((1u << rem) - 1u);
+          r[u] = _mm512_div_ps(_mm512_maskz_loadu_ps(m[u], v + i + 16 * u), vs);
+          c[u] = _mm512_mask_mov_epi32(_mm512_setzero_si512(), _mm512_cmp_ps_mask(l128, r[u], _CMP_LE_OQ),
+                                       _mm512_set1_epi32(128));
         }
-        {
-          const __m512i j = _mm512_srli_epi32(c, 1);
-          const __mmask16 s5 = _mm512_test_epi32_mask(j, b5);
-          const __m512 q0 = _mm512_mask_blend_ps(s5, _mm512_permutex2var_ps(l1[0], j, l1[1]),
-                                                 _mm512_permutex2var_ps(l1[2], j, l1[3]));
-          const __m512 q1 = _mm512_mask_blend_ps(s5, _mm512_permutex2var_ps(l1[4], j, l1[5]),
-                                                 _mm512_permutex2var_ps(l1[6], j, l1[7]));
-          step(_mm512_mask_blend_ps(_mm512_test_epi32_mask(j, b6), q0, q1), 1);
-        }
-        _mm512_mask_cvtepi32_storeu_epi8(codes + i, m, c);
+#define OCTOPT_LEVEL(T_EXPR, S)                                                                           \
+  for (int u = 0; u < U; ++u) {                                                                            \
+    const __m512 t = (T_EXPR);                                                                             \
+    c[u] = _mm512_mask_add_epi32(c[u], _mm512_cmp_ps_mask(t, r[u], _CMP_LE_OQ), c[u], _mm512_set1_epi32(S)); \
+  }
+        OCTOPT_LEVEL(_mm512_permutexvar_ps(_mm512_srli_epi32(c[u], 7), l64), 64)
+        OCTOPT_LEVEL(_mm512_permutexvar_ps(_mm512_srli_epi32(c[u], 6), l32), 32)
+        OCTOPT_LEVEL(_mm512_permutexvar_ps(_mm512_srli_epi32(c[u], 5), l16), 16)
+        OCTOPT_LEVEL(_mm512_permutexvar_ps(_mm512_srli_epi32(c[u], 4), l8), 8)
+        OCTOPT_LEVEL(_mm512_permutex2var_ps(l4a, _mm512_srli_epi32(c[u], 3), l4b), 4)
+        OCTOPT_LEVEL(_mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 2), b5),
+                                          _mm512_permutex2var_ps(l2[0], _mm512_srli_epi32(c[u], 2), l2[1]),
+                                          _mm512_permutex2var_ps(l2[2], _mm512_srli_epi32(c[u], 2), l2[3])),
+                     2)
+        OCTOPT_LEVEL(_mm512_mask_blend_ps(
+                         _mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b6),
+                         _mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b5),
+                                              _mm512_permutex2var_ps(l1[0], _mm512_srli_epi32(c[u], 1), l1[1]),
+                                              _mm512_permutex2var_ps(l1[2], _mm512_srli_epi32(c[u], 1), l1[3])),
+                         _mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b5),
+                                              _mm512_permutex2var_ps(l1[4], _mm512_srli_epi32(c[u], 1), l1[5]),
+                                              _mm512_permutex2var_ps(l1[6], _mm512_srli_epi32(c[u], 1), l1[7]))),
+                     1)
+#undef OCTOPT_LEVEL
+        for (int u = 0; u < U; ++u) _mm512_mask_cvtepi32_storeu_epi8(codes + i + 16 * u, m[u], c[u]);
       }
       return;
     }
