@@ -80,6 +80,9 @@ std::vector<float> linear_map(bool is_signed, int bits) {
   if (!is_signed) return torch_linspace_f32(0.0f, 1.0f, n);
   std::vector<float> v = torch_linspace_f32(-1.0f, 1.0f, n - 1);
   v.insert(v.begin() + (n - 1) / 2, 0.0f);
+  // linspace's centre entry is only nearly zero (-4.5e-8 for 4 bits), and may sit on either side of
+  // the inserted zero; sorting keeps the map ascending and leaves bitsandbytes' 8-bit map unchanged.
+  std::stable_sort(v.begin(), v.end());
   return v;
 }
 
@@ -183,6 +186,10 @@ Codebook make_codebook(const float* values, std::int64_t n, int bits, const char
     cb.thresholds[k] = t;
   }
   for (std::int32_t k = std::max(cb.size - 1, 0); k < 256; ++k) cb.thresholds[k] = std::numeric_limits<float>::infinity();
+  // Equal neighbours (fp8's +0 and -0) tie for every r, so the later one is never chosen: its
+  // lower threshold moves up to its upper one (ties go to the lower index).
+  for (std::int32_t k = cb.size - 2; k >= 0; --k)
+    if (values[k] == values[k + 1]) cb.thresholds[k] = cb.thresholds[k + 1];
   return cb;
 }
 

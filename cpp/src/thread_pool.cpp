@@ -112,8 +112,9 @@ class Pool {
     t_inside_region = false;
   }
 
-  void worker(int index) {
-    std::uint64_t seen = 0;
+  // `seen` starts at the generation current when the worker was created: a worker restarted by
+  // set_threads must not take the last region's (finished, possibly cleared) job for a new one.
+  void worker(int index, std::uint64_t seen) {
     for (;;) {
       std::int64_t parts;
       {
@@ -134,7 +135,8 @@ class Pool {
   void start_workers() {
     if (!workers_.empty()) return;
     stopping_ = false;
-    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+    const std::uint64_t generation = generation_;  // run() publishes jobs under region_mutex_, held here
+    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i, generation] { worker(i, generation); });
   }
 
   void stop_workers() {

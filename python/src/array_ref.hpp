@@ -30,7 +30,8 @@ ArrayRef array_ref(const nb::ndarray<Ts...>& a, const char* fn, const char* arg)
     expect *= extent;
     size *= extent;
   }
-  if (!contiguous)
+  // An empty array has nothing to lay out, and NumPy reports stride 0 for it.
+  if (!contiguous && size != 0)
     throw std::invalid_argument(std::string(fn) + ": argument '" + arg + "' must be C-contiguous");
   return ArrayRef{const_cast<void*>(static_cast<const void*>(a.data())), size, a.dtype(), a.device_type(),
                   a.device_id()};

@@ -1,0 +1,215 @@
+"""The one parametrization point of the suite: framework x device x dtype.
+
+A test that takes the ``array_case`` fixture runs once per supported combination; combinations
+this machine cannot run are collected and skipped with the reason. ``cuda_array_case`` is the CUDA
+subset. An ``ArrayCase`` builds arrays from NumPy values (``make``) and reads them back
+(``to_numpy``), so a test states its numbers once in NumPy and checks every framework with them.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import octopt
+import pytest
+
+FRAMEWORKS = ("numpy", "torch", "cupy")
+DEVICES = ("cpu", "cuda")
+DTYPES = ("float32", "float16", "bfloat16")
+
+# Ragged sizes as in bitsandbytes' tests: a single element, less than one block, one past a block
+# boundary, and a large tensor.
+RAGGED_SIZES = (1, 255, 4097, 2**20)
+BLOCK_SIZES = (32, 64, 256, 4096)
+
+# NumPy arrays of ml_dtypes' bfloat16 cannot cross the binding: NumPy exports them neither by
+# DLPack ("DLPack only supports signed/unsigned integers, float and complex dtypes") nor by the
+# buffer protocol, so nanobind refuses the call with a bare "incompatible function arguments".
+NUMPY_BF16_GAP = (
+    "octopt cannot pass NumPy bfloat16 (ml_dtypes) arrays to its native layer: "
+    "nanobind rejects them with 'incompatible function arguments'"
+)
+
+
+@functools.cache
+def import_optional(name: str) -> Any:
+    """The module, or None when it is not installed or fails to import."""
+    try:
+        return importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - a broken install counts as missing
+        return None
+
+
+@functools.cache
+def torch_cuda_usable() -> bool:
+    torch = import_optional("torch")
+    return torch is not None and torch.cuda.is_available()
+
+
+@dataclass(frozen=True)
+class ArrayCase:
+    framework: str  # "numpy", "torch" or "cupy"
+    device: str  # "cpu" or "cuda"
+    dtype: str  # "float32", "float16" or "bfloat16"
+
+    @property
+    def id(self) -> str:
+        return f"{self.framework}-{self.device}-{self.dtype}"
+
+    @property
+    def module(self) -> Any:
+        return import_optional(self.framework)
+
+    def _np_dtype(self, dtype: str) -> Any:
+        if dtype == "bfloat16":
+            return import_optional("ml_dtypes").bfloat16
+        return np.dtype(dtype)
+
+    def make(self, values: Any, dtype: str | None = None, requires_grad: bool = False) -> Any:
+        """``values`` (any NumPy numbers, any shape) as a C-contiguous array of this framework,
+        device and dtype (or ``dtype``), rounded to nearest even from float32."""
+        dtype = dtype or self.dtype
+        v = np.ascontiguousarray(values)
+        if v.dtype.kind == "f":
+            v = v.astype(np.float32)
+        if self.framework == "numpy":
+            return v.astype(self._np_dtype(dtype))
+        if self.framework == "torch":
+            torch = self.module
+            t = torch.from_numpy(v.copy()).to(device=self.device, dtype=getattr(torch, dtype))
+            return t.requires_grad_(True) if requires_grad else t
+        cupy = self.module
+        return cupy.asarray(v).astype(dtype)
+
+    def empty(self, shape: tuple, dtype: str) -> Any:
+        if self.framework == "numpy":
+            return np.empty(shape, dtype=self._np_dtype(dtype))
+        if self.framework == "torch":
+            torch = self.module
+            return torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
+        return self.module.empty(shape, dtype=dtype)
+
+    def to_numpy(self, a: Any) -> np.ndarray:
+        """Host copy: floating point as float64 (exact for every supported dtype), other dtypes raw."""
+        if self.framework == "torch":
+            a = a.detach().cpu()
+            if a.is_floating_point():
+                return a.double().numpy()
+            return a.numpy()
+        if self.framework == "cupy":
+            a = a.get()
+        a = np.asarray(a)
+        if a.dtype.kind == "f" or a.dtype.name == "bfloat16":
+            return a.astype(np.float64)
+        return a
+
+    def round_to_dtype(self, values_f32: np.ndarray, dtype: str | None = None) -> np.ndarray:
+        """float32 values rounded to ``dtype`` (round to nearest even), as float64, by a converter
+        other than octopt's: NumPy for float16, torch (else ml_dtypes) for bfloat16."""
+        dtype = dtype or self.dtype
+        v = np.asarray(values_f32, dtype=np.float32)
+        if dtype == "float32":
+            return v.astype(np.float64)
+        if dtype == "float16":
+            return v.astype(np.float16).astype(np.float64)
+        torch = import_optional("torch")
+        if torch is not None:
+            return torch.from_numpy(v.copy()).to(torch.bfloat16).double().numpy()
+        ml_dtypes = import_optional("ml_dtypes")
+        if ml_dtypes is None:
+            pytest.skip("rounding to bfloat16 needs torch or ml_dtypes")
+        return v.astype(ml_dtypes.bfloat16).astype(np.float64)
+
+    def data_ptr(self, a: Any) -> int:
+        if self.framework == "numpy":
+            return a.ctypes.data
+        if self.framework == "torch":
+            return a.data_ptr()
+        return a.data.ptr
+
+    def is_native(self, a: Any) -> bool:
+        """True when ``a`` is an array of this case's framework on this case's device."""
+        if self.framework == "numpy":
+            return type(a) is np.ndarray
+        if self.framework == "torch":
+            return isinstance(a, self.module.Tensor) and a.device.type == self.device
+        return isinstance(a, self.module.ndarray)
+
+    def cpu_twin(self) -> ArrayCase:
+        """The same dtype on the CPU: torch stays torch, CuPy maps to NumPy."""
+        return ArrayCase("torch" if self.framework == "torch" else "numpy", "cpu", self.dtype)
+
+
+def _skip_reason(case: ArrayCase) -> str | None:
+    if case.module is None:
+        return f"{case.framework} is not installed"
+    if case.device == "cuda":
+        if not octopt.cuda_built():
+            return "octopt was built without CUDA"
+        if not octopt.cuda_available():
+            return "no CUDA device (octopt.cuda_available() is False)"
+        if case.framework == "torch" and not torch_cuda_usable():
+            return "this torch build cannot use CUDA"
+    if case.dtype == "bfloat16":
+        if case.framework == "numpy" and import_optional("ml_dtypes") is None:
+            return "NumPy bfloat16 arrays need ml_dtypes, which is not installed"
+        if case.framework == "cupy":
+            return "CuPy has no bfloat16 dtype"
+    return None
+
+
+def _all_cases() -> list[ArrayCase]:
+    cases = []
+    for fw in FRAMEWORKS:
+        for dev in DEVICES:
+            if (fw == "numpy" and dev == "cuda") or (fw == "cupy" and dev == "cpu"):
+                continue  # NumPy is CPU-only, CuPy CUDA-only
+            cases.extend(ArrayCase(fw, dev, dt) for dt in DTYPES)
+    return cases
+
+
+def _param(case: ArrayCase) -> Any:
+    reason = _skip_reason(case)
+    marks = []
+    if reason is not None:
+        marks.append(pytest.mark.skip(reason=reason))
+    elif case.framework == "numpy" and case.dtype == "bfloat16":
+        marks.append(pytest.mark.xfail(strict=True, raises=TypeError, reason=NUMPY_BF16_GAP))
+    return pytest.param(case, id=case.id, marks=marks)
+
+
+ARRAY_CASES = [_param(c) for c in _all_cases()]
+CPU_ARRAY_CASES = [_param(c) for c in _all_cases() if c.device == "cpu"]
+CUDA_ARRAY_CASES = [_param(c) for c in _all_cases() if c.device == "cuda"]
+
+
+@pytest.fixture(params=ARRAY_CASES)
+def array_case(request: pytest.FixtureRequest) -> ArrayCase:
+    return request.param
+
+
+@pytest.fixture(params=CPU_ARRAY_CASES)
+def cpu_array_case(request: pytest.FixtureRequest) -> ArrayCase:
+    return request.param
+
+
+@pytest.fixture(params=CUDA_ARRAY_CASES)
+def cuda_array_case(request: pytest.FixtureRequest) -> ArrayCase:
+    return request.param
+
+
+@pytest.fixture
+def restore_threads():
+    """Gives the test a free hand with octopt.set_num_threads and restores the count afterwards."""
+    before = octopt.get_num_threads()
+    yield before
+    octopt.set_num_threads(before)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(20240611)
