@@ -65,6 +65,9 @@ def dequantize_blockwise(codes: Any, absmax: Any, qmap: Any = None, block_size: 
         oi = _arrays.check(out, fn, "out", _arrays.FLOAT_DTYPES, writeable=True, like=ci, like_arg="codes")
         if dtype is not None and _arrays.dtype_name(dtype) != oi.dtype:
             raise TypeError(f"{fn}: argument 'dtype' ({_arrays.dtype_name(dtype)}) differs from out's dtype ({oi.dtype})")
+        if (oi.size + 1) // 2 != ci.size if bits == 4 else oi.size != ci.size:
+            raise ValueError(f"{fn}: argument 'out' has {oi.size} elements, which does not match {ci.size} "
+                             f"{bits}-bit code bytes")
         result = out
     else:
         name = _arrays.dtype_name(dtype)
