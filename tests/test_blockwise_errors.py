@@ -283,11 +283,11 @@ DEQUANTIZE_CASES = [
         r"dequantize_blockwise: argument 'out' must be C-contiguous",
         lambda: octopt.dequantize_blockwise(*quantized(), out=np.empty(2000, np.float32)[::2]),
     ),
-    # a size mismatch between out and the codes is reported on 'codes', with out's element count
+    # a size mismatch between out and the codes is reported on 'out'
     (
         "out-size",
         ValueError,
-        r"dequantize_blockwise: argument 'codes' holds 1000 bytes but 999 elements need 999",
+        r"dequantize_blockwise: argument 'out' has 999 elements, which does not match 1000 8-bit code bytes",
         lambda: octopt.dequantize_blockwise(*quantized(), out=np.empty(999, np.float32)),
     ),
     (
