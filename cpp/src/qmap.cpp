@@ -79,10 +79,9 @@ std::vector<float> linear_map(bool is_signed, int bits) {
   const int n = 1 << bits;
   if (!is_signed) return torch_linspace_f32(0.0f, 1.0f, n);
   std::vector<float> v = torch_linspace_f32(-1.0f, 1.0f, n - 1);
-  v.insert(v.begin() + (n - 1) / 2, 0.0f);
-  // linspace's centre entry is only nearly zero (-4.5e-8 for 4 bits), and may sit on either side of
-  // the inserted zero; sorting keeps the map ascending and leaves bitsandbytes' 8-bit map unchanged.
-  std::stable_sort(v.begin(), v.end());
+  // The centre entry of the linspace is not exactly zero (for 4 bits it is -4.5e-8): insert the
+  // zero where it keeps the map ascending.
+  v.insert(std::upper_bound(v.begin(), v.end(), 0.0f), 0.0f);
   return v;
 }
 
@@ -176,20 +175,23 @@ Codebook make_codebook(const float* values, std::int64_t n, int bits, const char
   for (std::int32_t k = 0; k < cb.size; ++k) {
     cb.values[k] = values[k];
     if (values[k] >= 0.0f && cb.first_nonneg == cb.size) cb.first_nonneg = k;
-    if (values[k] <= 0.0f) cb.last_nonpos = k;
+    // ties go to the lower index: the first entry of a run of equal values
+    if (values[k] <= 0.0f && (cb.last_nonpos < 0 || values[k] != values[cb.last_nonpos])) cb.last_nonpos = k;
   }
-  for (std::int32_t k = 0; k + 1 < cb.size; ++k) {
+  for (std::int32_t k = std::max(cb.size - 1, 0); k < 256; ++k) cb.thresholds[k] = std::numeric_limits<float>::infinity();
+  // From the top down: an entry equal to its upper neighbour takes that neighbour's threshold, so
+  // the search skips the upper entries of a run of equal values (ties go to the lower index).
+  for (std::int32_t k = cb.size - 2; k >= 0; --k) {
+    if (values[k] == values[k + 1]) {
+      cb.thresholds[k] = cb.thresholds[k + 1];
+      continue;
+    }
     // The sum of two neighbouring floats, and half of it, are exact in double.
     const double mid = (double(values[k]) + double(values[k + 1])) * 0.5;
     float t = float(mid);
     if (double(t) <= mid) t = std::nextafter(t, std::numeric_limits<float>::infinity());
     cb.thresholds[k] = t;
   }
-  for (std::int32_t k = std::max(cb.size - 1, 0); k < 256; ++k) cb.thresholds[k] = std::numeric_limits<float>::infinity();
-  // Equal neighbours (fp8's +0 and -0) tie for every r, so the later one is never chosen: its
-  // lower threshold moves up to its upper one (ties go to the lower index).
-  for (std::int32_t k = cb.size - 2; k >= 0; --k)
-    if (values[k] == values[k + 1]) cb.thresholds[k] = cb.thresholds[k + 1];
   return cb;
 }
 

@@ -10,9 +10,10 @@ namespace octopt {
 struct Codebook {
   float values[256];      // the map, ascending (non-decreasing), in [-1, 1]
   float thresholds[256];  // thresholds[k]: smallest float strictly above the exact midpoint of values[k], values[k+1]
+                          // (when values[k] == values[k+1]: thresholds[k+1], so ties keep the lower index)
   std::int32_t size;      // 2^bits entries in use (16 or 256)
   std::int32_t first_nonneg;  // first index with values[i] >= 0, or size if none
-  std::int32_t last_nonpos;   // last index with values[i] <= 0, or -1 if none
+  std::int32_t last_nonpos;   // index of the largest value <= 0 (the first of equal ones), or -1 if none
 };
 
 // A signed code never flips the sign of a nonzero value: when the nearest entry has the other

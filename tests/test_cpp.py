@@ -1,0 +1,133 @@
+"""Builds the C++ test program of the core (tests/cpp) with CMake and runs it.
+
+The build directories live under build/ in the repository root and are reused, so a rerun only
+recompiles what changed. A second configuration builds the core and the tests with AddressSanitizer
+and UndefinedBehaviorSanitizer.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAM = Path("tests") / "cpp" / "octopt_cpp_tests"
+SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed$", re.MULTILINE)
+BUILD_TIMEOUT_S = 900
+RUN_TIMEOUT_S = 600
+
+CMAKE = shutil.which("cmake")
+pytestmark = pytest.mark.skipif(CMAKE is None, reason="cmake is not on PATH")
+
+
+def _run(cmd, timeout, env=None):
+    proc = subprocess.run(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, env=env
+    )
+    return proc.returncode, proc.stdout
+
+
+def _tail(text, limit=20000):
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+def _cache_matches(build_dir, options):
+    cache = build_dir / "CMakeCache.txt"
+    if not cache.exists():
+        return False
+    text = cache.read_text(errors="replace")
+    for name, value in options.items():
+        m = re.search(rf"^{re.escape(name)}:\w+=(.*)$", text, re.MULTILINE)
+        if m is None or m.group(1).strip().upper() != value.upper():
+            return False
+    return True
+
+
+def build(build_dir, extra_options=None):
+    """Configures build_dir (once) and builds the test program; returns the build log."""
+    options = {
+        "OCTOPT_BUILD_TESTS": "ON",
+        "OCTOPT_BUILD_PYTHON": "OFF",
+        "OCTOPT_ENABLE_CUDA": "OFF",
+        "OCTOPT_SANITIZE": "",
+    }
+    options.update(extra_options or {})
+    log = ""
+    if not _cache_matches(build_dir, options):
+        cmd = [CMAKE, "-S", str(ROOT), "-B", str(build_dir)]
+        if not (build_dir / "CMakeCache.txt").exists() and shutil.which("ninja"):
+            cmd += ["-G", "Ninja"]  # the generator is chosen once, when the directory is created
+        cmd += [f"-D{k}={v}" for k, v in options.items()]
+        rc, out = _run(cmd, BUILD_TIMEOUT_S)
+        assert rc == 0, f"CMake configure failed:\n{_tail(out)}"
+        log += out
+    rc, out = _run([CMAKE, "--build", str(build_dir), "-j", "2", "--target", "octopt_cpp_tests"], BUILD_TIMEOUT_S)
+    assert rc == 0, f"building octopt_cpp_tests failed:\n{_tail(out)}"
+    return log + out
+
+
+def run_program(build_dir, env=None):
+    """Runs the test program, asserts that every check passed, returns its output."""
+    rc, out = _run([str(build_dir / PROGRAM)], RUN_TIMEOUT_S, env=env)
+    m = SUMMARY.search(out)
+    assert rc == 0 and m is not None and int(m.group(2)) == 0 and int(m.group(1)) > 0, (
+        f"octopt_cpp_tests exited with {rc}:\n{_tail(out)}"
+    )
+    return out
+
+
+def test_cpp_program():
+    build_dir = ROOT / "build" / "cpp-tests"
+    log = build(build_dir)
+    # The core and the tests compile warning-free with -Wall -Wextra (only what was recompiled shows).
+    warnings = [line for line in log.splitlines() if "warning:" in line]
+    assert not warnings, "compiler warnings:\n" + "\n".join(warnings[:50])
+    run_program(build_dir)
+
+
+def _sanitizer_link_error(flags):
+    """None when the C++ compiler builds and runs a program with these flags, else why not."""
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        return "no C++ compiler found"
+    with tempfile.TemporaryDirectory() as tmp:
+        src, exe = Path(tmp) / "probe.cpp", Path(tmp) / "probe"
+        src.write_text("#include <vector>\nint main() { std::vector<int> v(3); return v[1]; }\n")
+        try:
+            proc = subprocess.run(
+                [cxx, *flags, str(src), "-o", str(exe)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            if proc.returncode != 0:
+                return f"{cxx} {' '.join(flags)} cannot link: {proc.stdout.strip()[-500:]}"
+            proc = subprocess.run([str(exe)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        except OSError as e:
+            return f"{cxx} {' '.join(flags)}: {e}"
+        if proc.returncode != 0:
+            return f"a program built with {' '.join(flags)} does not run here: {proc.stdout.strip()[-500:]}"
+    return None
+
+
+def test_cpp_program_sanitized():
+    flags = ["-fsanitize=address,undefined"]
+    reason = _sanitizer_link_error(flags)
+    if reason is not None:
+        pytest.skip(reason)
+    build_dir = ROOT / "build" / "cpp-tests-asan"
+    # -O1 with line tables: the usual sanitizer setting, and a third of the compile time of -O2 -g.
+    options = {
+        "OCTOPT_SANITIZE": "address,undefined",
+        "CMAKE_BUILD_TYPE": "RelWithDebInfo",
+        "CMAKE_CXX_FLAGS_RELWITHDEBINFO": "-O1 -g1",
+    }
+    log = build(build_dir, options)
+    warnings = [line for line in log.splitlines() if "warning:" in line]
+    assert not warnings, "compiler warnings:\n" + "\n".join(warnings[:50])
+    env = dict(os.environ)
+    env["ASAN_OPTIONS"] = "detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1"
+    env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
+    out = run_program(build_dir, env=env)
+    assert "runtime error:" not in out and "Sanitizer" not in out, _tail(out)
