@@ -29,7 +29,7 @@ OCTOPT_HD int keep_sign(const Codebook& cb, float r, int c) {
 OCTOPT_HD int nearest_code(const Codebook& cb, float r) {
   int c = 0;
   for (int step = cb.size >> 1; step > 0; step >>= 1) {
-    if (cb.thresholds[c + step - 1] <= r) c += step;
+    c = cb.thresholds[c + step - 1] <= r ? c + step : c;  // a select, not a branch: r is unpredictable
   }
   return keep_sign(cb, r, c);
 }
@@ -40,7 +40,7 @@ OCTOPT_HD int stochastic_code(const Codebook& cb, float r, float u) {
   // lo = number of values <= r, minus one
   int cnt = 0;
   for (int step = cb.size >> 1; step > 0; step >>= 1) {
-    if (cb.values[cnt + step - 1] <= r) cnt += step;
+    cnt = cb.values[cnt + step - 1] <= r ? cnt + step : cnt;
   }
   if (cnt < cb.size && cb.values[cnt] <= r) ++cnt;  // the search above inspects at most size-1 entries
   int c;
