@@ -32,6 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="print the build: version, compiler, SIMD level, threads, CUDA").set_defaults(
         func=_cmd_info)
+    from . import demo
+
+    demo_help = "train a small MLP on scikit-learn digits with 32-bit vs 8-bit Adam state, plot the losses"
+    demo_parser = sub.add_parser("demo", help=demo_help, description=demo_help)
+    demo.add_arguments(demo_parser)
+    demo_parser.set_defaults(func=demo.run)
     _inspect_cmd.register(sub)
     args = parser.parse_args(argv)
     return args.func(args)
