@@ -178,6 +178,14 @@ Codebook make_codebook(const float* values, std::int64_t n, int bits, const char
     // ties go to the lower index: the first entry of a run of equal values
     if (values[k] <= 0.0f && (cb.last_nonpos < 0 || values[k] != values[cb.last_nonpos])) cb.last_nonpos = k;
   }
+  cb.zero_lo = 0;
+  cb.zero_hi = -1;
+  cb.nonzero_floor = -1;
+  for (std::int32_t k = cb.size - 1; k >= 0; --k)
+    if (values[k] == 0.0f) {
+      if (cb.zero_hi < 0) cb.zero_hi = k;
+      cb.zero_lo = k;
+    }
   for (std::int32_t k = std::max(cb.size - 1, 0); k < 256; ++k) cb.thresholds[k] = std::numeric_limits<float>::infinity();
   // From the top down: an entry equal to its upper neighbour takes that neighbour's threshold, so
   // the search skips the upper entries of a run of equal values (ties go to the lower index).
@@ -193,6 +201,10 @@ Codebook make_codebook(const float* values, std::int64_t n, int bits, const char
     cb.thresholds[k] = t;
   }
   return cb;
+}
+
+void keep_nonzero(Codebook& cb) {
+  cb.nonzero_floor = (cb.zero_hi >= cb.zero_lo && cb.zero_hi + 1 < cb.size) ? cb.zero_hi + 1 : -1;
 }
 
 }  // namespace octopt

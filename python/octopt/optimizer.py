@@ -58,7 +58,8 @@ class Optimizer:
         for bits, signed in sorted(_layout.CODEBOOKS, key=_layout.CODEBOOKS.get):
             q = maps.linear_map(False, bits=4, zero=False) if (bits, signed) == (4, False) else maps.dynamic_map(
                 signed, bits=bits)
-            self._plan.add_codebook(np.ascontiguousarray(q, dtype=np.float32), bits)
+            # unsigned (second-moment) states never round a positive value to zero: see docs/numerics.md
+            self._plan.add_codebook(np.ascontiguousarray(q, dtype=np.float32), bits, not signed)
         self.skipped_blocks = 0  # blocks skipped over all steps because their gradient held NaN/Inf
         self.last_skipped_blocks = 0
         groups = _as_groups(params, fn)

@@ -22,8 +22,9 @@ class StepPlan {
  public:
   StepPlan(const std::string& kind, std::uint64_t seed) : seed_(seed) { cfg_.kind = octopt::parse_optim(kind); }
 
-  int add_codebook(HostF32 values, int bits) {
+  int add_codebook(HostF32 values, int bits, bool keep_nonzero) {
     codebooks_.push_back(octopt::make_codebook(values.data(), std::int64_t(values.size()), bits, "Optimizer", "qmap"));
+    if (keep_nonzero) octopt::keep_nonzero(codebooks_.back());
     return int(codebooks_.size() - 1);
   }
 
@@ -184,7 +185,7 @@ void export_optim(nb::module_& m) {
   m.def("optim_num_states", [](const std::string& k) { return octopt::optim_num_states(octopt::parse_optim(k)); });
   nb::class_<StepPlan>(m, "StepPlan")
       .def(nb::init<const std::string&, std::uint64_t>(), nb::arg("kind"), nb::arg("seed"))
-      .def("add_codebook", &StepPlan::add_codebook, nb::arg("values"), nb::arg("bits"))
+      .def("add_codebook", &StepPlan::add_codebook, nb::arg("values"), nb::arg("bits"), nb::arg("keep_nonzero"))
       .def("add_tensor", &StepPlan::add_tensor, nb::arg("param"), nb::arg("block_size"), nb::arg("group"),
            nb::arg("states"))
       .def("step", &StepPlan::step, nb::arg("grads"), nb::arg("steps"), nb::arg("hparams"), nb::arg("strict"),

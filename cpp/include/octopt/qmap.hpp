@@ -33,6 +33,10 @@ void validate_qmap(const float* values, std::int64_t n, int bits, const char* fn
 // Validates and prepares a map for encoding.
 Codebook make_codebook(const float* values, std::int64_t n, int bits, const char* fn = "make_codebook",
                        const char* arg = "qmap");
+// From now on a positive value never quantizes to a zero entry but to the first positive one
+// (for second-moment states; see Codebook::nonzero_floor). No effect on a map without zero.
+void keep_nonzero(Codebook& cb);
+
 inline Codebook make_codebook(const std::vector<float>& values, int bits) {
   return make_codebook(values.data(), std::int64_t(values.size()), bits);
 }

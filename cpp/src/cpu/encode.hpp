@@ -35,6 +35,17 @@ inline void make_levels(const Codebook& cb, Levels& L) {
   L.simd = has_zero || cb.first_nonneg == 0 || cb.last_nonpos == cb.size - 1;
 }
 
+#if defined(OCTOPT_ISA_AVX512)
+// Codebook::nonzero_floor on 16 lanes: a positive value whose code is a zero entry gets the floor.
+inline __m512i apply_floor(const Codebook& cb, __m512 r, __m512i c) {
+  if (cb.nonzero_floor < 0) return c;
+  const __mmask16 pos = _mm512_cmp_ps_mask(r, _mm512_setzero_ps(), _CMP_GT_OQ);
+  const __mmask16 in = _mm512_cmpge_epi32_mask(c, _mm512_set1_epi32(cb.zero_lo)) &
+                       _mm512_cmple_epi32_mask(c, _mm512_set1_epi32(cb.zero_hi));
+  return _mm512_mask_mov_epi32(c, pos & in, _mm512_set1_epi32(cb.nonzero_floor));
+}
+#endif
+
 // codes[i] = nearest code of v[i] / scale, i < len (one code per byte).
 inline void encode_block(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
                          std::uint8_t* codes) {
@@ -91,7 +102,8 @@ inline void encode_block(const Codebook& cb, const Levels& L, const float* v, in
                                               _mm512_permutex2var_ps(l1[6], _mm512_srli_epi32(c[u], 1), l1[7]))),
                      1)
 #undef OCTOPT_LEVEL
-        for (int u = 0; u < U; ++u) _mm512_mask_cvtepi32_storeu_epi8(codes + i + 16 * u, m[u], c[u]);
+        for (int u = 0; u < U; ++u)
+          _mm512_mask_cvtepi32_storeu_epi8(codes + i + 16 * u, m[u], apply_floor(cb, r[u], c[u]));
       }
       return;
     }
@@ -111,7 +123,7 @@ inline void encode_block(const Codebook& cb, const Levels& L, const float* v, in
         step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 3), l4), 4);
         step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 2), l2), 2);
         step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 1), l1), 1);
-        _mm512_mask_cvtepi32_storeu_epi8(codes + i, m, c);
+        _mm512_mask_cvtepi32_storeu_epi8(codes + i, m, apply_floor(cb, r, c));
       }
       return;
     }
@@ -129,7 +141,12 @@ inline void encode_block(const Codebook& cb, const Levels& L, const float* v, in
       }
       alignas(32) std::int32_t out[8];
       _mm256_store_si256(reinterpret_cast<__m256i*>(out), c);
-      for (int k = 0; k < 8; ++k) codes[i + k] = std::uint8_t(out[k]);
+      for (int k = 0; k < 8; ++k) {
+        int code = out[k];
+        if (cb.nonzero_floor >= 0 && v[i + k] > 0.0f && code >= cb.zero_lo && code <= cb.zero_hi)
+          code = cb.nonzero_floor;
+        codes[i + k] = std::uint8_t(code);
+      }
     }
 #endif
   }

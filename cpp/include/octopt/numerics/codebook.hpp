@@ -14,6 +14,11 @@ struct Codebook {
   std::int32_t size;      // 2^bits entries in use (16 or 256)
   std::int32_t first_nonneg;  // first index with values[i] >= 0, or size if none
   std::int32_t last_nonpos;   // index of the largest value <= 0 (the first of equal ones), or -1 if none
+  std::int32_t zero_lo, zero_hi;  // indices of the entries equal to 0 (zero_lo > zero_hi if none)
+  // >= 0: a positive value never gets a zero code but this one (the first positive entry). Set for
+  // second-moment states: a v quantized to zero beside a nonzero m makes the step m / eps (the
+  // zero-point problem, Li et al., NeurIPS 2023). -1: plain nearest rounding.
+  std::int32_t nonzero_floor;
 };
 
 // A signed code never flips the sign of a nonzero value: when the nearest entry has the other
@@ -21,6 +26,7 @@ struct Codebook {
 OCTOPT_HD int keep_sign(const Codebook& cb, float r, int c) {
   if (r > 0.0f && cb.values[c] < 0.0f && cb.first_nonneg < cb.size) return cb.first_nonneg;
   if (r < 0.0f && cb.values[c] > 0.0f && cb.last_nonpos >= 0) return cb.last_nonpos;
+  if (cb.nonzero_floor >= 0 && r > 0.0f && c >= cb.zero_lo && c <= cb.zero_hi) return cb.nonzero_floor;
   return c;
 }
 
