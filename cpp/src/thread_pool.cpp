@@ -55,10 +55,8 @@ class Pool {
     threads_ = n;
   }
 
-  int threads() {
-    std::lock_guard<std::mutex> region(region_mutex_);
-    return threads_;
-  }
+  // No lock: the count is read from inside parallel regions too (where region_mutex_ is held).
+  int threads() const { return threads_.load(); }
 
   void run(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& fn) {
     if (n <= 0) return;
@@ -68,7 +66,8 @@ class Pool {
       return;
     }
     std::lock_guard<std::mutex> region(region_mutex_);
-    const std::int64_t parts = std::min<std::int64_t>(threads_, (n + grain - 1) / grain);
+    // floor(n / grain) parts at most, so that every part gets at least `grain` items
+    const std::int64_t parts = std::min<std::int64_t>(threads_, std::max<std::int64_t>(1, n / grain));
     if (parts <= 1) {
       t_inside_region = true;
       try {
@@ -112,8 +111,9 @@ class Pool {
     t_inside_region = false;
   }
 
-  void worker(int index) {
-    std::uint64_t seen = 0;
+  // `seen` starts at the generation current when the worker is created: a worker (re)started
+  // after earlier regions must wait for the next job, not run the finished one.
+  void worker(int index, std::uint64_t seen) {
     for (;;) {
       std::int64_t parts;
       {
@@ -134,7 +134,8 @@ class Pool {
   void start_workers() {
     if (!workers_.empty()) return;
     stopping_ = false;
-    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+    const std::uint64_t current = generation_;  // only changed under region_mutex_, which the caller holds
+    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i, current] { worker(i, current); });
   }
 
   void stop_workers() {
@@ -157,7 +158,7 @@ class Pool {
   std::uint64_t generation_ = 0;
   bool stopping_ = false;
   std::exception_ptr error_;
-  int threads_ = default_threads();
+  std::atomic<int> threads_{default_threads()};
 };
 
 Pool& pool() {
