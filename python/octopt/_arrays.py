@@ -83,6 +83,19 @@ def check(a: Any, fn: str, arg: str, dtypes: tuple[str, ...] | None = None, writ
     return info
 
 
+def memory_span(a: Any, info: ArrayInfo) -> tuple | None:
+    """(device, device id, first byte, end byte) of a C-contiguous array's memory; None when empty."""
+    if info.size == 0:
+        return None
+    if info.framework == "torch":
+        start, nbytes = int(a.data_ptr()), int(a.numel()) * int(a.element_size())
+    elif info.framework == "cupy":
+        start, nbytes = int(a.data.ptr), int(a.nbytes)
+    else:
+        start, nbytes = int(a.__array_interface__["data"][0]), int(a.nbytes)
+    return (info.device, info.device_id, start, start + nbytes)
+
+
 def kernel_arg(a: Any) -> Any:
     """The object handed to the native layer (a view, never a copy)."""
     if framework_of(a) == "torch":

@@ -41,6 +41,8 @@ def validate_group(kind: str, group: dict, fn: str) -> None:
         raise ValueError(f"{fn}: 'betas' must be a tuple of 2 (or 3 for AdEMAMix) values, got {betas!r}")
     if kind == "ademamix" and len(betas) != 3:
         raise ValueError(f"{fn}: 'betas' must be (beta1, beta2, beta3) for AdEMAMix, got {betas!r}")
+    if kind != "ademamix" and len(betas) != 2:  # a third beta would be silently ignored
+        raise ValueError(f"{fn}: 'betas' must be (beta1, beta2) for {kind}, got {betas!r}")
     for i, b in enumerate(betas):
         _real({f"betas[{i}]": b}, f"betas[{i}]", fn, 0.0, 1.0, hi_open=True)
     _real(group, "momentum", fn)

@@ -80,6 +80,8 @@ class Optimizer:
         full["params"] = params
         _hparams.validate_group(self.kind, full, fn)
         seen = {id(t.param) for t in self._tensors}
+        # views of one array are one parameter: stepping both would update that memory twice per step
+        spans = [(i, _arrays.memory_span(t.param, t.info)) for i, t in enumerate(self._tensors)]
         gid = len(self.param_groups)
         new = []
         for i, p in enumerate(params):
@@ -90,8 +92,10 @@ class Optimizer:
             if id(p) in seen:
                 raise ValueError(f"{fn}: argument '{arg}' appears more than once")
             seen.add(id(p))
+            spans.append((len(self._tensors) + len(new), _arrays.memory_span(p, info)))
             block_size, specs = _layout.plan_slots(self.kind, full, info.size)
             new.append(_TensorState(p, info, gid, block_size, specs))
+        _check_disjoint(spans, fn)
         for t in new:
             self._allocate(t, full)
             self._register(t)
@@ -147,6 +151,13 @@ class Optimizer:
         grads = list(grads)
         if len(grads) != len(self._tensors):
             raise ValueError(f"step: expected {len(self._tensors)} gradients (one per parameter), got {len(grads)}")
+        for i, (t, g) in enumerate(zip(self._tensors, grads)):
+            shape = getattr(g, "shape", None)
+            if shape is not None and tuple(shape) != t.info.shape:
+                size = _arrays.prod(tuple(shape))
+                sizes = f" ({size} vs {t.info.size} elements)" if size != t.info.size else ""
+                raise ValueError(f"step: argument 'grads[{i}]' has shape {tuple(shape)} but parameter {i} "
+                                 f"has shape {t.info.shape}{sizes}")
         for g in self.param_groups:
             _hparams.validate_group(self.kind, g, "step")
         hps = [_hparams.to_core(self.kind, g) for g in self.param_groups]
@@ -244,6 +255,16 @@ def _as_groups(params: Any, fn: str) -> list[dict]:
     if any(isinstance(p, dict) for p in items):
         raise TypeError(f"{fn}: 'params' mixes arrays and param-group dicts")
     return [{"params": items}] if items else []
+
+
+def _check_disjoint(spans: list, fn: str) -> None:
+    """Raises naming the later of two parameters whose memory overlaps."""
+    ordered = sorted((s[:2], s[2], s[3], i) for i, s in spans if s is not None)
+    for prev, cur in zip(ordered, ordered[1:]):
+        if prev[0] == cur[0] and cur[1] < prev[2]:
+            i, j = max(prev[3], cur[3]), min(prev[3], cur[3])
+            raise ValueError(f"{fn}: argument 'params[{i}]' overlaps the memory of params[{j}] (views of one "
+                             "array); pass each parameter once")
 
 
 def _fill(a: Any, value: float) -> None:
