@@ -80,6 +80,8 @@ ALL_MAPS = {
     "linear_unsigned_4": lambda: octopt.linear_map(False, bits=4),
     "linear_nozero_4": lambda: octopt.linear_map(False, bits=4, zero=False),
     "linear_nozero_8": lambda: octopt.linear_map(False, bits=8, zero=False),
+    "log2_4": lambda: octopt.log2_map(4),
+    "log2_8": lambda: octopt.log2_map(8, step=0.25),
     "fp8_e4m3": lambda: octopt.fp8_map(),
     "quantile_8": lambda: octopt.quantile_map(_normal_sample(20_000)),
     "quantile_4": lambda: octopt.quantile_map(_normal_sample(20_000), bits=4),
@@ -214,3 +216,12 @@ def test_user_map_as_list_and_torch_tensor():
     expect = octopt.quantize_blockwise(x, qmap=q)[0]
     np.testing.assert_array_equal(octopt.quantize_blockwise(x, qmap=q.tolist())[0], expect)
     np.testing.assert_array_equal(octopt.quantize_blockwise(x, qmap=torch.from_numpy(q))[0], expect)
+
+
+def test_log2_map_is_geometric_and_zero_free():
+    q = octopt.log2_map(4).astype(np.float64)
+    assert q[-1] == 1.0 and q.min() > 0
+    np.testing.assert_allclose(q[1:] / q[:-1], 2.0**0.8, rtol=1e-6)
+    assert q[0] == pytest.approx(2.0**-12, rel=1e-6)
+    with pytest.raises(ValueError, match="step"):
+        octopt.log2_map(4, step=0.0)

@@ -37,4 +37,4 @@ def test_fixture_layout():
     layout = opt.state_layout()
     assert layout[0]["slots"]["exp_avg"] == {"bits": 8, "block_size": 256, "map": "dynamic_signed_8"}
     assert layout[1]["slots"]["exp_avg_sq"]["bits"] == 32
-    assert layout[2]["slots"]["exp_avg_sq"] == {"bits": 4, "block_size": 128, "map": "linear_nozero_4"}
+    assert layout[2]["slots"]["exp_avg_sq"] == {"bits": 4, "block_size": 128, "map": "log2_step0.8_nozero_4"}

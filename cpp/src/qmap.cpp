@@ -94,6 +94,18 @@ std::vector<float> linear_map_nozero(int bits) {
   return v;
 }
 
+std::vector<float> log2_map_nozero(int bits, double step) {
+  if (bits != 4 && bits != 8)
+    throw std::invalid_argument("log2_map_nozero: bits must be 4 or 8, got " + std::to_string(bits));
+  if (!(step > 0.0 && step <= 8.0))
+    throw std::invalid_argument("log2_map_nozero: step must be in (0, 8], got " + std::to_string(step));
+  const int n = 1 << bits;
+  std::vector<float> v(static_cast<std::size_t>(n), 0.0f);
+  // exponents below float32's smallest normal are clamped there (only reachable with 8 bits)
+  for (int i = 0; i < n; ++i) v[std::size_t(i)] = float(std::exp2(std::max(step * double(i - (n - 1)), -126.0)));
+  return v;
+}
+
 std::vector<float> fp8_map() {
   constexpr int exponent_bits = 4, precision_bits = 3;
   const int bias = 1 << (exponent_bits - 1);

@@ -2,7 +2,7 @@
 
 from ._octopt import version as _version
 from .functional import dequantize_blockwise, quantize_blockwise
-from .maps import dynamic_map, fp8_map, linear_map, quantile_map
+from .maps import dynamic_map, fp8_map, linear_map, log2_map, quantile_map
 from .optimizer import Optimizer
 from .optimizers import LAMB, LARS, SGD, AdEMAMix, Adagrad, Adam, AdamW, Lion, RMSprop
 from .runtime import cmake_dir, cuda_available, cuda_built, get_num_threads, info, set_num_threads
@@ -31,6 +31,7 @@ __all__ = [
     "get_num_threads",
     "info",
     "linear_map",
+    "log2_map",
     "quantile_map",
     "quantize_blockwise",
     "set_num_threads",

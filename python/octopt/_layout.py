@@ -22,7 +22,7 @@ FIRST_MOMENTS = ("exp_avg", "m1", "momentum_buffer")
 # Codebook registry of a plan: (bits, signed) -> index, and the map each denotes.
 CODEBOOKS = {(8, True): 0, (8, False): 1, (4, True): 2, (4, False): 3}
 MAP_NAMES = {(8, True): "dynamic_signed_8", (8, False): "dynamic_unsigned_8", (4, True): "dynamic_signed_4",
-             (4, False): "linear_nozero_4"}
+             (4, False): "log2_step0.8_nozero_4"}
 
 
 class SlotSpec(NamedTuple):

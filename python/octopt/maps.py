@@ -40,6 +40,14 @@ def linear_map(signed: bool = True, bits: int = 8, zero: bool = True) -> np.ndar
     return _octopt.linear_map(bool(signed), bits)
 
 
+def log2_map(bits: int = 4, step: float = 0.8) -> np.ndarray:
+    """The zero-free geometric map 2^(step * (i - 2^bits + 1)) (4 bits, step 0.8: 2^-12 .. 1), octopt's
+    default for 4-bit second moments: constant relative spacing keeps small v accurate, and it has no
+    zero (docs/decisions.md)."""
+    bits = _arrays.check_bits(bits, "log2_map")
+    return _octopt.log2_map_nozero(bits, float(step))
+
+
 def fp8_map() -> np.ndarray:
     """All 256 codes of an 8-bit float with 4 exponent and 3 mantissa bits (e4m3, no NaN/Inf codes),
     normalized to [-1, 1]; bitsandbytes' create_fp8_map(True, 4, 3, 8)."""

@@ -35,7 +35,7 @@ class Optimizer:
     kind = ""
     defaults: dict = {}
 
-    def __init__(self, params: Iterable, *, seed: int = 0, stochastic_rounding: bool = False,
+    def __init__(self, params: Iterable, *, seed: int = 0, stochastic_rounding: bool | None = None,
                  stochastic_bf16: bool = False, percentile: float = 0.0, strict: bool = False, **options: Any):
         fn = type(self).__name__
         defaults = dict(_hparams.COMMON_DEFAULTS)
@@ -48,7 +48,8 @@ class Optimizer:
         if not (0.0 <= float(percentile) <= 100.0):
             raise ValueError(f"{fn}: 'percentile' must be in [0, 100], got {percentile}")
         self.seed = _arrays.check_int(seed, fn, "seed", 0, 2**64 - 1)
-        self.stochastic_rounding = bool(stochastic_rounding)
+        # None: stochastic for 4-bit states, nearest for 8-bit; True/False: for every quantized state
+        self.stochastic_rounding = None if stochastic_rounding is None else bool(stochastic_rounding)
         self.stochastic_bf16 = bool(stochastic_bf16)
         self.percentile = float(percentile)
         self.strict = bool(strict)
@@ -56,8 +57,7 @@ class Optimizer:
         self._tensors: list[_TensorState] = []
         self._plan = _octopt.StepPlan(self.kind, self.seed)
         for bits, signed in sorted(_layout.CODEBOOKS, key=_layout.CODEBOOKS.get):
-            q = maps.linear_map(False, bits=4, zero=False) if (bits, signed) == (4, False) else maps.dynamic_map(
-                signed, bits=bits)
+            q = self._map(_layout.SlotSpec(0, "", signed, bits, 0))
             # unsigned (second-moment) states never round a positive value to zero: see docs/numerics.md
             self._plan.add_codebook(np.ascontiguousarray(q, dtype=np.float32), bits, not signed)
         self.skipped_blocks = 0  # blocks skipped over all steps because their gradient held NaN/Inf
@@ -124,7 +124,7 @@ class Optimizer:
 
     def _map(self, spec: _layout.SlotSpec) -> np.ndarray:
         if (spec.bits, spec.signed) == (4, False):
-            return maps.linear_map(False, bits=4, zero=False)
+            return maps.log2_map(4)
         return maps.dynamic_map(spec.signed, bits=spec.bits)
 
     def _register(self, t: _TensorState) -> None:
@@ -132,8 +132,11 @@ class Optimizer:
         for spec in t.specs:
             data, absmax = t.buffers[spec.index]
             cb = 0 if spec.bits == 32 else _layout.CODEBOOKS[(spec.bits, spec.signed)]
+            # 4-bit codes round stochastically unless told otherwise: with 16 levels the bias of
+            # nearest rounding accumulates over steps (docs/decisions.md)
+            stochastic = spec.bits == 4 if self.stochastic_rounding is None else False
             states[spec.index] = (spec.bits, cb, _arrays.kernel_arg(data),
-                                  None if absmax is None else _arrays.kernel_arg(absmax))
+                                  None if absmax is None else _arrays.kernel_arg(absmax), stochastic)
         self._plan.add_tensor(_arrays.kernel_arg(t.param), t.block_size, t.group, states)
 
     # -- stepping -----------------------------------------------------------------------------
@@ -164,7 +167,7 @@ class Optimizer:
         steps = np.fromiter((t.step + (g is not None) for t, g in zip(self._tensors, grads)), dtype=np.int64,
                             count=len(grads))
         kgrads = [_arrays.kernel_arg(g) if g is not None else None for g in grads]
-        skipped = self._plan.step(kgrads, steps, hps, self.strict, self.stochastic_rounding, self.stochastic_bf16,
+        skipped = self._plan.step(kgrads, steps, hps, self.strict, bool(self.stochastic_rounding), self.stochastic_bf16,
                                   self.percentile)
         for t, g in zip(self._tensors, grads):
             if g is not None:

@@ -49,6 +49,7 @@ class StepPlan {
       octopt::StateBuffer& st = slot.state[k];
       st.bits = nb::cast<int>(t[0]);
       st.codebook = nb::cast<int>(t[1]);
+      st.stochastic = t.size() > 4 && nb::cast<bool>(t[4]);
       nb::ndarray<> data = nb::cast<nb::ndarray<>>(t[2]);
       st.data = array_ref(data, fn, "state").data;
       keep_.push_back(t[2]);

@@ -26,6 +26,8 @@ void export_qmap(nb::module_& m) {
   m.def("linear_map", [](bool is_signed, int bits) { return to_numpy(octopt::linear_map(is_signed, bits)); },
         nb::arg("signed"), nb::arg("bits"));
   m.def("linear_map_nozero", [](int bits) { return to_numpy(octopt::linear_map_nozero(bits)); }, nb::arg("bits"));
+  m.def("log2_map_nozero", [](int bits, double step) { return to_numpy(octopt::log2_map_nozero(bits, step)); },
+        nb::arg("bits"), nb::arg("step"));
   m.def("fp8_map", []() { return to_numpy(octopt::fp8_map()); });
   m.def("quantile_map", [](HostF32 x, int bits) {
     std::vector<float> out;

@@ -52,6 +52,7 @@ struct StateBuffer {
   float* absmax = nullptr;   // per block, for bits 8 / 4
   int bits = 32;
   int codebook = 0;          // index into StepConfig::codebooks
+  bool stochastic = false;   // stochastic rounding of this state's codes (also on when StepConfig says so)
 };
 
 struct ParamSlot {

@@ -19,6 +19,10 @@ std::vector<float> linear_map(bool is_signed, int bits = 8);
 // 1/sqrt(v) never divides by a quantized zero (Li et al., NeurIPS 2023).
 std::vector<float> linear_map_nozero(int bits = 4);
 
+// 2^(step * (i - (2^bits - 1))) for i = 0 .. 2^bits - 1 (4 bits, step 0.8: 2^-12 .. 1): a zero-free
+// map with constant relative spacing, the default for 4-bit second moments (docs/decisions.md).
+std::vector<float> log2_map_nozero(int bits = 4, double step = 0.8);
+
 // All 256 bit patterns of an 8-bit float with 4 exponent and 3 mantissa bits (bitsandbytes'
 // create_fp8_map(True, 4, 3, 8) layout: no NaN or Inf codes), normalized by the largest value.
 std::vector<float> fp8_map();

@@ -201,7 +201,7 @@ void store_state(const StateBuffer& st, const Codebook* cbs, const Levels& level
   st.absmax[b] = scale;
   const bool clip = cfg.percentile > 0.0f && cfg.percentile < 100.0f;
   encode_codes(cbs[st.codebook], levels, v, len, scale > 0.0f ? scale : 1.0f, clip,
-               cfg.stochastic_state, key, i0, s.codes);
+               cfg.stochastic_state || st.stochastic, key, i0, s.codes);
   write_codes(s.codes, len, st.bits, i0, static_cast<std::uint8_t*>(st.data));
 }
 
