@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import platform
 import sys
 import time
@@ -224,8 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
 
     info = octopt.info()
-    print(f"octopt {octopt.__version__} ({info['compiler']}, simd: {info['simd']}), NumPy {np.__version__}, "
-          f"Python {platform.python_version()}")
+    # An editable install's import hook outranks PYTHONPATH, so say which build is being measured.
+    print(f"octopt {octopt.__version__} from {os.path.dirname(octopt.__file__)} ({info['compiler']}, "
+          f"simd: {info['simd']}), NumPy {np.__version__}, Python {platform.python_version()}")
     threads = f"octopt {octopt.get_num_threads()}" + (f", torch {torch.get_num_threads()}" if torch else "")
     print(f"{n} float32 elements, block size {bs}, threads: {threads}, numpy copy 1")
     if torch is None:
@@ -294,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             "versions": {"octopt": octopt.__version__, "numpy": np.__version__, "python": sys.version,
                          "bitsandbytes": bnb_version if torch else None,
                          "torch": torch.__version__ if torch else None},
+            "octopt_path": os.path.dirname(octopt.__file__),
             "octopt_info": info,
             "rows": rows,
             "exactness": checks,
