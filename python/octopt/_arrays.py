@@ -169,6 +169,16 @@ def stream_handle(info: ArrayInfo, stream: Any, fn: str) -> int:
                     f"got {type(stream).__name__}")
 
 
+def to_numpy(a: Any) -> np.ndarray:
+    """A host NumPy view (CPU arrays) or copy (device arrays) of any supported array."""
+    fw = framework_of(a)
+    if fw == "torch":
+        return a.detach().cpu().numpy()
+    if fw == "cupy":
+        return a.get()
+    return np.asarray(a)
+
+
 def all_finite(a: Any, info: ArrayInfo) -> bool:
     if info.framework == "torch":
         import torch

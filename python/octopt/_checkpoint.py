@@ -13,15 +13,6 @@ from . import _arrays, _hparams
 FORMAT_KEYS = ("octopt.optimizer", "octopt.step", "octopt.hparams", "octopt.tensors")
 
 
-def _np(a: Any) -> np.ndarray:
-    fw = _arrays.framework_of(a)
-    if fw == "torch":
-        return a.detach().cpu().numpy()
-    if fw == "cupy":
-        return a.get()
-    return np.asarray(a)
-
-
 def check_state_dict(opt: Any, sd: Any, fn: str) -> list[tuple[Any, Any]]:
     """Validates sd against opt; returns the (destination buffer, source array) copies to make."""
     if not isinstance(sd, dict) or not {"optimizer", "param_groups", "state"} <= set(sd):
@@ -73,8 +64,8 @@ def check_state_dict(opt: Any, sd: Any, fn: str) -> list[tuple[Any, Any]]:
 def _checked(src: Any, dst: Any, what: str) -> np.ndarray:
     if src is None:
         raise ValueError(f"{what} is missing")
-    a = _np(src)
-    d = _np(dst) if _arrays.framework_of(dst) != "torch" else None
+    a = _arrays.to_numpy(src)
+    d = _arrays.to_numpy(dst) if _arrays.framework_of(dst) != "torch" else None
     want_dtype = d.dtype if d is not None else np.dtype(str(dst.dtype).removeprefix("torch."))
     want_size = d.size if d is not None else dst.numel()
     if a.dtype != want_dtype:
@@ -98,10 +89,10 @@ def save(opt: Any, path: Any) -> None:
         for sp in t.specs:
             data, absmax = t.buffers[sp.index]
             if absmax is None:
-                tensors[_tensor_name(i, sp.name, None)] = _np(data)
+                tensors[_tensor_name(i, sp.name, None)] = _arrays.to_numpy(data)
             else:
-                tensors[_tensor_name(i, sp.name, "codes")] = _np(data)
-                tensors[_tensor_name(i, sp.name, "absmax")] = _np(absmax)
+                tensors[_tensor_name(i, sp.name, "codes")] = _arrays.to_numpy(data)
+                tensors[_tensor_name(i, sp.name, "absmax")] = _arrays.to_numpy(absmax)
             slots[sp.name] = {"bits": sp.bits, "block_size": sp.block_size, "map": sp.map_name}
         layout.append({"numel": t.info.size, "shape": list(t.info.shape), "dtype": t.info.dtype, "step": t.step,
                        "slots": slots})

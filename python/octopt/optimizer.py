@@ -295,13 +295,4 @@ def _copy_into(dst: Any, src: Any) -> None:
 
         dst.copy_(torch.as_tensor(np.asarray(src) if _arrays.framework_of(src) == "numpy" else src).reshape(dst.shape))
     else:
-        np.copyto(dst, _to_numpy(src).reshape(dst.shape))
-
-
-def _to_numpy(a: Any) -> np.ndarray:
-    fw = _arrays.framework_of(a)
-    if fw == "torch":
-        return a.detach().cpu().numpy()
-    if fw == "cupy":
-        return a.get()
-    return np.asarray(a)
+        np.copyto(dst, _arrays.to_numpy(src).reshape(dst.shape))

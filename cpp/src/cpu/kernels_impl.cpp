@@ -235,41 +235,49 @@ std::int64_t run_blocks(const StepConfig& cfg, const ParamSlot& slot, std::int64
   for (int k = 0; k < kStates; ++k)
     if (slot.state[k].data && slot.state[k].bits != 32) make_levels(cfg.codebooks[slot.state[k].codebook], levels[k]);
   std::int64_t skipped = 0;
+  // float32 parameters, gradients and 32-bit states are updated where they lie (no staging copy);
+  // everything else goes through the per-thread block buffers.
+  constexpr bool kDirectP = P == DType::f32, kDirectG = G == DType::f32;
   for (std::int64_t b = b0; b < b1; ++b) {
     const std::int64_t i0 = b * bs;
     const int len = int(std::min<std::int64_t>(bs, slot.n - i0));
-    load_block<G>(slot.grad, i0, len, s.g);
-    if (!is_finite_abs(abs_max(s.g, len))) {
+    const float* g = kDirectG ? static_cast<const float*>(slot.grad) + i0 : s.g;
+    if (!kDirectG) load_block<G>(slot.grad, i0, len, s.g);
+    if (!is_finite_abs(abs_max(g, len))) {
       ++skipped;
       continue;
     }
-    load_block<P>(slot.param, i0, len, s.p);
+    float* p = kDirectP ? static_cast<float*>(slot.param) + i0 : s.p;
+    if (!kDirectP) load_block<P>(slot.param, i0, len, s.p);
     if (phase == OptimPhase::norms && K == OptimKind::lars) {
       double pp = 0.0, gg = 0.0;
       for (int i = 0; i < len; ++i) {
-        pp += double(s.p[i]) * double(s.p[i]);
-        gg += double(s.g[i]) * double(s.g[i]);
+        pp += double(p[i]) * double(p[i]);
+        gg += double(g[i]) * double(g[i]);
       }
       norms[0] += pp;
       norms[1] += gg;
       continue;
     }
+    float* st[3] = {s.s[0], s.s[1], s.s[2]};
     for (int k = 0; k < kStates; ++k) {
-      if (slot.state[k].data) load_state(slot.state[k], cfg.codebooks, b, i0, len, s.s[k], s.codes);
-      else std::fill(s.s[k], s.s[k] + len, 0.0f);
+      const StateBuffer& sb = slot.state[k];
+      if (!sb.data) std::fill(s.s[k], s.s[k] + len, 0.0f);
+      else if (sb.bits == 32) st[k] = static_cast<float*>(sb.data) + i0;
+      else load_state(sb, cfg.codebooks, b, i0, len, s.s[k], s.codes);
     }
-    if (phase == OptimPhase::norms) {  // LAMB: the norm of the update direction
-      direction_loop<K>(slot.scalars, len, s.p, s.g, s.s[0], s.s[1], s.s[2], s.u);
+    if (phase == OptimPhase::norms) {  // LAMB: the norm of the update direction; nothing is written
+      direction_loop<K>(slot.scalars, len, p, g, st[0], st[1], st[2], s.u);
       double pp = 0.0, uu = 0.0;
       for (int i = 0; i < len; ++i) {
-        pp += double(s.p[i]) * double(s.p[i]);
+        pp += double(p[i]) * double(p[i]);
         uu += double(s.u[i]) * double(s.u[i]);
       }
       norms[0] += pp;
       norms[1] += uu;
       continue;
     }
-    update_loop<K>(slot.scalars, len, s.p, s.g, s.s[0], s.s[1], s.s[2]);
+    update_loop<K>(slot.scalars, len, p, g, st[0], st[1], st[2]);
     if (P == DType::bf16 && cfg.stochastic_bf16) {
       const std::uint64_t key = state_key(cfg, slot, 3);
       auto* out = static_cast<std::uint16_t*>(slot.param);
@@ -277,12 +285,13 @@ std::int64_t run_blocks(const StepConfig& cfg, const ParamSlot& slot, std::int64
         const std::uint32_t r = std::uint32_t(mix64(key + std::uint64_t(i0 + i) * kGolden64) >> 48);
         out[i0 + i] = f32_to_bf16_stochastic(s.p[i], r);
       }
-    } else {
+    } else if (!kDirectP) {
       store_block<P>(slot.param, i0, len, s.p);
     }
     for (int k = 0; k < kStates; ++k) {
-      if (slot.state[k].data)
-        store_state(slot.state[k], cfg.codebooks, levels[k], b, i0, len, s.s[k], cfg, state_key(cfg, slot, k), s);
+      const StateBuffer& sb = slot.state[k];
+      if (sb.data && sb.bits != 32)
+        store_state(sb, cfg.codebooks, levels[k], b, i0, len, s.s[k], cfg, state_key(cfg, slot, k), s);
     }
   }
   return skipped;
