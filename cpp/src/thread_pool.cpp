@@ -66,8 +66,11 @@ class Pool {
       return;
     }
     std::lock_guard<std::mutex> region(region_mutex_);
-    // floor(n / grain) parts at most, so that every part gets at least `grain` items
-    const std::int64_t parts = std::min<std::int64_t>(threads_, std::max<std::int64_t>(1, n / grain));
+    // floor(n / grain) tasks at most, so that every task gets at least `grain` items; several tasks
+    // per thread, taken dynamically, so that a thread descheduled by the OS (or busy with another
+    // library's threads) does not hold the whole region back.
+    const std::int64_t tasks = std::min<std::int64_t>(std::int64_t(threads_) * 8, std::max<std::int64_t>(1, n / grain));
+    const std::int64_t parts = std::min<std::int64_t>(threads_, tasks);
     if (parts <= 1) {
       t_inside_region = true;
       try {
@@ -85,6 +88,8 @@ class Pool {
       job_ = &fn;
       job_n_ = n;
       job_parts_ = parts;
+      job_tasks_ = tasks;
+      next_task_.store(0);
       pending_ = int(parts - 1);
       error_ = nullptr;
       ++generation_;
@@ -98,12 +103,14 @@ class Pool {
   }
 
  private:
-  void run_part(std::int64_t part) {
-    const std::int64_t begin = job_n_ * part / job_parts_;
-    const std::int64_t end = job_n_ * (part + 1) / job_parts_;
+  void run_part(std::int64_t /*part*/) {
     t_inside_region = true;
     try {
-      if (begin < end) (*job_)(begin, end);
+      for (std::int64_t t = next_task_.fetch_add(1); t < job_tasks_; t = next_task_.fetch_add(1)) {
+        const std::int64_t begin = job_n_ * t / job_tasks_;
+        const std::int64_t end = job_n_ * (t + 1) / job_tasks_;
+        if (begin < end) (*job_)(begin, end);
+      }
     } catch (...) {
       std::lock_guard<std::mutex> lk(mutex_);
       if (!error_) error_ = std::current_exception();
@@ -153,7 +160,8 @@ class Pool {
   std::condition_variable wake_, done_;
   std::vector<std::thread> workers_;
   const std::function<void(std::int64_t, std::int64_t)>* job_ = nullptr;
-  std::int64_t job_n_ = 0, job_parts_ = 0;
+  std::int64_t job_n_ = 0, job_parts_ = 0, job_tasks_ = 0;
+  std::atomic<std::int64_t> next_task_{0};
   int pending_ = 0;
   std::uint64_t generation_ = 0;
   bool stopping_ = false;
