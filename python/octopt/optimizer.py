@@ -332,6 +332,12 @@ def _copy(a: Any) -> Any:
 
 
 def _copy_into(dst: Any, src: Any) -> None:
+    if _arrays.framework_of(dst) == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(dst.device.id):
+            dst[...] = cupy.asarray(src if _arrays.framework_of(src) == "cupy" else _to_numpy(src)).reshape(dst.shape)
+        return
     if _arrays.framework_of(dst) == "torch":
         import torch
 
