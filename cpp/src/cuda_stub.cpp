@@ -2,6 +2,7 @@
 #include <stdexcept>
 
 #include "octopt/blockwise.hpp"
+#include "octopt/optim.hpp"
 #include "octopt/runtime.hpp"
 
 namespace octopt::cuda {
@@ -23,5 +24,19 @@ void dequantize_blockwise(const std::uint8_t*, const float*, std::int64_t, const
                           cudaStream_t) {
   no_cuda();
 }
+
+struct DevicePlan::Impl {};
+
+DevicePlan::DevicePlan(const StepConfig&, const ParamSlot*, std::size_t, const int*, int, int, const char*) { no_cuda(); }
+DevicePlan::~DevicePlan() = default;
+int DevicePlan::device() const { return -1; }
+std::size_t DevicePlan::size() const { return 0; }
+
+void step(DevicePlan&, const StepArgs&, cudaStream_t) { no_cuda(); }
+void upload(DevicePlan&, const StepArgs&, cudaStream_t) { no_cuda(); }
+std::int64_t skipped_blocks(DevicePlan&, bool) { no_cuda(); }
+void read_steps(DevicePlan&, std::int64_t*, std::int64_t*) { no_cuda(); }
+void write_steps(DevicePlan&, const std::int64_t*, std::int64_t) { no_cuda(); }
+std::vector<float> trust_ratios(DevicePlan&) { no_cuda(); }
 
 }  // namespace octopt::cuda

@@ -82,6 +82,8 @@ def _tensor_name(i: int, slot: str, part: str | None) -> str:
 def save(opt: Any, path: Any) -> None:
     from . import state_file
 
+    opt._sync_steps()  # CUDA: the step counts live on the device
+
     tensors: dict[str, np.ndarray] = {}
     layout = []
     for i, t in enumerate(opt._tensors):

@@ -28,8 +28,10 @@ class _TensorState:
 class Optimizer:
     """Base of octopt's optimizers. Subclasses set ``kind`` and ``defaults``.
 
-    ``params`` is an iterable of arrays (NumPy or torch CPU tensors) or of param-group dicts
-    (``{"params": [...], "lr": ..., "bits": ...}``) whose keys override the defaults.
+    ``params`` is an iterable of arrays (NumPy, torch CPU or CUDA tensors, CuPy arrays) or of
+    param-group dicts (``{"params": [...], "lr": ..., "bits": ...}``) whose keys override the
+    defaults. All parameters live on one device; state is allocated there. On a GPU a step is
+    enqueued on a stream and never synchronizes (see docs/cuda.md).
     """
 
     kind = ""
@@ -60,8 +62,8 @@ class Optimizer:
             q = self._map(_layout.SlotSpec(0, "", signed, bits, 0))
             # unsigned (second-moment) states never round a positive value to zero: see docs/numerics.md
             self._plan.add_codebook(np.ascontiguousarray(q, dtype=np.float32), bits, not signed)
-        self.skipped_blocks = 0  # blocks skipped over all steps because their gradient held NaN/Inf
-        self.last_skipped_blocks = 0
+        self._skipped_blocks = 0  # CPU: blocks skipped over all steps because their gradient held NaN/Inf
+        self._last_skipped_blocks = 0
         groups = _as_groups(params, fn)
         if not groups:
             raise ValueError(f"{fn}: got an empty parameter list")
@@ -87,8 +89,17 @@ class Optimizer:
         for i, p in enumerate(params):
             arg = f"params[{len(self._tensors) + len(new)}]"
             info = _arrays.check(p, fn, arg, _arrays.FLOAT_DTYPES, writeable=True)
-            if info.device != "cpu":
-                raise ValueError(f"{fn}: argument '{arg}' is on {info.where}; this build steps CPU arrays only")
+            if info.device == "cuda":
+                if not _octopt.cuda_built():
+                    raise ValueError(f"{fn}: argument '{arg}' is on {info.where} but octopt was built without CUDA")
+                if self.strict:
+                    raise ValueError(f"{fn}: argument 'strict' must be False for CUDA parameters (checking the "
+                                     "gradients first would synchronize every step); read skipped_blocks instead")
+            where = self._tensors[0].info.where if self._tensors else (new[0].info.where if new else None)
+            if where is not None and info.where != where:
+                first = "params[0]"
+                raise ValueError(f"{fn}: argument '{arg}' is on {info.where} but '{first}' is on {where}; "
+                                 "all parameters of an optimizer must be on one device")
             if id(p) in seen:
                 raise ValueError(f"{fn}: argument '{arg}' appears more than once")
             seen.add(id(p))
@@ -144,11 +155,54 @@ class Optimizer:
     def params(self) -> list:
         return [t.param for t in self._tensors]
 
-    def step(self, grads: Iterable) -> int:
+    @property
+    def device(self) -> str:
+        """Where the parameters live: "cpu" or "cuda:N"."""
+        return self._tensors[0].info.where
+
+    @property
+    def skipped_blocks(self) -> int:
+        """Blocks left unchanged over all steps because their gradient held NaN/Inf. On a GPU
+        this reads a device counter, which waits for the enqueued steps."""
+        if self._plan.device >= 0:
+            return int(self._plan.skipped_blocks(False))
+        return self._skipped_blocks
+
+    @property
+    def last_skipped_blocks(self) -> int:
+        """The same count for the last step only."""
+        if self._plan.device >= 0:
+            return int(self._plan.skipped_blocks(True))
+        return self._last_skipped_blocks
+
+    def _cuda_args(self, grads: Iterable, fn: str) -> tuple[list, list]:
+        if _arrays.framework_of(grads) is not None:
+            raise TypeError(f"{fn}: argument 'grads' must be a sequence of arrays, one per parameter")
+        grads = list(grads)
+        if len(grads) != len(self._tensors):
+            raise ValueError(f"{fn}: expected {len(self._tensors)} gradients (one per parameter), got {len(grads)}")
+        for g in self.param_groups:
+            _hparams.validate_group(self.kind, g, fn)
+        return grads, [_hparams.to_core(self.kind, g) for g in self.param_groups]
+
+    def upload(self, grads: Iterable, stream: Any = None) -> None:
+        """CUDA only: uploads the gradients' addresses and the current hyper-parameters to the
+        device without stepping, on ``stream`` (None: the framework's current stream). This is how
+        a step captured in a CUDA graph sees a new learning rate: change ``param_groups``, call
+        ``upload`` with the same gradients, replay."""
+        grads, hps = self._cuda_args(grads, "upload")
+        handle = _arrays.stream_handle(self._tensors[0].info, stream, "upload")
+        kgrads = [_arrays.kernel_arg(g) if g is not None else None for g in grads]
+        self._plan.upload(kgrads, hps, bool(self.stochastic_rounding), self.stochastic_bf16, self.percentile, handle)
+
+    def step(self, grads: Iterable, stream: Any = None) -> int | None:
         """Updates every parameter in place from its gradient (None: skip that parameter).
 
-        Returns the number of blocks left unchanged because their gradient held NaN/Inf
-        (with ``strict=True`` such a gradient raises ValueError and nothing changes)."""
+        CPU: returns the number of blocks left unchanged because their gradient held NaN/Inf
+        (with ``strict=True`` such a gradient raises ValueError and nothing changes).
+        CUDA: enqueues the step on ``stream`` (None: the framework's current stream; an int
+        handle or an object with ``__cuda_stream__``) and returns None without synchronizing;
+        ``skipped_blocks`` reads the count on request."""
         if _arrays.framework_of(grads) is not None:
             raise TypeError("step: argument 'grads' must be a sequence of arrays, one per parameter")
         grads = list(grads)
@@ -167,14 +221,23 @@ class Optimizer:
         steps = np.fromiter((t.step + (g is not None) for t, g in zip(self._tensors, grads)), dtype=np.int64,
                             count=len(grads))
         kgrads = [_arrays.kernel_arg(g) if g is not None else None for g in grads]
+        handle = _arrays.stream_handle(self._tensors[0].info, stream, "step")
         skipped = self._plan.step(kgrads, steps, hps, self.strict, bool(self.stochastic_rounding), self.stochastic_bf16,
-                                  self.percentile)
+                                  self.percentile, handle)
         for t, g in zip(self._tensors, grads):
             if g is not None:
-                t.step += 1
-        self.last_skipped_blocks = int(skipped)
-        self.skipped_blocks += int(skipped)
+                t.step += 1  # CUDA: the device counters are authoritative (graph replays advance them too)
+        if self._plan.device >= 0:
+            return None
+        self._last_skipped_blocks = int(skipped)
+        self._skipped_blocks += int(skipped)
         return int(skipped)
+
+    def _sync_steps(self) -> None:
+        """CUDA: refreshes the per-tensor step counts from the device (waits for enqueued steps)."""
+        if self._plan.device >= 0:
+            for t, s in zip(self._tensors, self._plan.device_steps()):
+                t.step = int(s)
 
     # -- introspection ------------------------------------------------------------------------
     def state_bytes(self) -> int:
@@ -187,6 +250,7 @@ class Optimizer:
 
     def state_layout(self) -> list[dict]:
         """Per parameter: its slots with bits, block size and map."""
+        self._sync_steps()
         return [{"numel": t.info.size, "step": t.step,
                  "slots": {s.name: {"bits": s.bits, "block_size": s.block_size, "map": s.map_name} for s in t.specs}}
                 for t in self._tensors]
@@ -198,6 +262,7 @@ class Optimizer:
     # -- state dicts --------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Plain data: hyper-parameters, per-tensor step counts and copies of the state arrays."""
+        self._sync_steps()
         state = []
         for t in self._tensors:
             slots = {}
@@ -222,6 +287,8 @@ class Optimizer:
             _copy_into(dst, src)
         for t, s in zip(self._tensors, sd["state"]):
             t.step = int(s["step"])
+        if self._plan.device >= 0:
+            self._plan.set_device_steps([t.step for t in self._tensors])
         for g, h in zip(self.param_groups, sd["param_groups"]):
             for k, v in h.items():
                 if k != "params":
@@ -290,6 +357,12 @@ def _copy(a: Any) -> Any:
 
 
 def _copy_into(dst: Any, src: Any) -> None:
+    if _arrays.framework_of(dst) == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(dst.device.id):
+            dst[...] = cupy.asarray(src if _arrays.framework_of(src) == "cupy" else _arrays.to_numpy(src)).reshape(dst.shape)
+        return
     if _arrays.framework_of(dst) == "torch":
         import torch
 

@@ -11,12 +11,14 @@
 //   rmsprop            square average (unsigned), momentum buffer (signed), gradient average (signed)
 //   adagrad            sum of squares (unsigned)
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "config.hpp"
 #include "dtype.hpp"
 #include "numerics/codebook.hpp"
+#include "numerics/hyper_params.hpp"
 #include "numerics/step_scalars.hpp"
 #include "numerics/update_rules.hpp"
 
@@ -25,23 +27,6 @@ namespace octopt {
 const char* optim_name(OptimKind kind);
 OptimKind parse_optim(const std::string& name);  // throws std::invalid_argument for unknown names
 int optim_num_states(OptimKind kind);            // state slots the optimizer may use (1..3)
-
-// Hyper-parameters of a parameter group, as the user sets them.
-struct HyperParams {
-  double lr = 1e-3;
-  double beta1 = 0.9, beta2 = 0.999, beta3 = 0.9999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  double momentum = 0.0, dampening = 0.0;
-  bool nesterov = false;
-  double alpha = 0.99;  // RMSprop smoothing; AdEMAMix mixing weight
-  bool centered = false;
-  double lr_decay = 0.0;  // Adagrad
-  double eta = 1e-3;      // LARS trust coefficient
-  double t_alpha = 0.0, t_beta3 = 0.0;  // AdEMAMix warm-up lengths in steps (0: none)
-  bool bias_correction = true;          // LAMB
-  bool maximize = false;
-};
 
 // The step's scalars for a tensor that has now taken `step` steps (1-based), in double precision.
 SlotScalars compute_scalars(OptimKind kind, const HyperParams& hp, std::int64_t step);
@@ -98,5 +83,63 @@ StepResult step(const StepConfig& cfg, ParamSlot* slots, std::size_t n_slots, St
 
 // Counts blocks with a non-finite gradient without changing anything (for strict mode).
 std::int64_t count_nonfinite_blocks(const ParamSlot* slots, std::size_t n_slots);
+
+// ---- CUDA backend -------------------------------------------------------------------------------
+// The same step on a GPU, enqueued on the caller's stream. A DevicePlan holds a device-resident
+// table of the tensors (parameter and state pointers, dtypes, sizes, block sizes, codebooks), the
+// per-tensor and global step counters, the skipped-block counters and the LAMB/LARS scratch: all
+// device memory is allocated when the plan is built, never during a step. A step enqueues a tiny
+// "prepare" kernel (advances the device step counters and derives each tensor's scalars from them
+// with scalars_for_step) and one fused kernel over every block of every tensor (LAMB/LARS: a norms
+// pass, a per-tensor trust kernel, then the update). The gradients' addresses and the
+// hyper-parameters are uploaded from pinned memory owned by the plan, only when they changed, so a
+// step is capturable in a CUDA graph (contract in docs/cuda.md). Without CUDA every entry throws
+// "octopt was built without CUDA".
+namespace cuda {
+
+class DevicePlan {
+ public:
+  // slots: device pointers on `device` (param and state buffers; grad pointers are ignored).
+  // groups[i] (< n_groups) is the hyper-parameter group of slots[i]. cfg: kind and codebooks
+  // (copied to the device); seed keys stochastic rounding. Throws std::invalid_argument naming `fn`.
+  DevicePlan(const StepConfig& cfg, const ParamSlot* slots, std::size_t n_slots, const int* groups, int n_groups,
+             int device, const char* fn = "Optimizer");
+  ~DevicePlan();
+  DevicePlan(const DevicePlan&) = delete;
+  DevicePlan& operator=(const DevicePlan&) = delete;
+
+  int device() const;
+  std::size_t size() const;  // number of tensors
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// What the host hands over per step. Only these can change between steps of one plan.
+struct StepArgs {
+  const void* const* grads = nullptr;      // one device pointer per tensor; null: not stepped this time
+  const DType* grad_dtypes = nullptr;      // the parameter's dtype or float32
+  const HyperParams* hparams = nullptr;    // one per group
+  bool stochastic_state = false;
+  bool stochastic_bf16 = false;
+  float percentile = 0.0f;
+};
+
+// Enqueues one step of every tensor on `stream` (no synchronization, no allocation). Under CUDA
+// graph capture of `stream` the arguments must equal those of the last eager step or upload().
+void step(DevicePlan& plan, const StepArgs& args, cudaStream_t stream);
+// Uploads the arguments (on `stream`) without stepping: how a captured graph gets new
+// hyper-parameters between replays. Not allowed while `stream` is being captured.
+void upload(DevicePlan& plan, const StepArgs& args, cudaStream_t stream);
+
+// Read-backs and writes of the device counters; each waits for the device to finish its work.
+std::int64_t skipped_blocks(DevicePlan& plan, bool last_step_only);
+void read_steps(DevicePlan& plan, std::int64_t* per_tensor, std::int64_t* global_step);
+void write_steps(DevicePlan& plan, const std::int64_t* per_tensor, std::int64_t global_step);
+std::vector<float> trust_ratios(DevicePlan& plan);
+
+}  // namespace cuda
 
 }  // namespace octopt

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One prepared check for a lent GPU machine (torch, CuPy, JAX, nanobind, scikit-build-core, CMake,
+# nvcc; no internet): build and install octopt, run the GPU tests, then benchmark the fused 8-bit
+# Adam step. Must finish in under 6 minutes; the table goes to $OUT/gpu_step.txt when OUT is set.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+T0=$(date +%s)
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+SITE=$(mktemp -d)
+echo "== build ($(date +%T))"
+if ! timeout 150 pip install --no-build-isolation --no-deps --target "$SITE" . -q -Cbuild-dir=build/gpu; then
+  echo "BUILD FAILED"; exit 1
+fi
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+python -c "import octopt; print('octopt', octopt.__version__ if hasattr(octopt, '__version__') else '', 'cuda_available', octopt.cuda_available())"
+echo "== GPU tests ($(date +%T), $(( $(date +%s) - T0 )) s)"
+timeout 120 python -m pytest -q -x -p no:cacheprovider tests/test_cuda_optim.py tests/test_cuda_blockwise.py 2>&1 | tail -25
+TEST_RC=${PIPESTATUS[0]}
+echo "== benchmark ($(date +%T), $(( $(date +%s) - T0 )) s)"
+timeout 75 python bench/gpu_step.py
+BENCH_RC=$?
+echo "== done in $(( $(date +%s) - T0 )) s (tests rc=$TEST_RC, bench rc=$BENCH_RC)"
+exit $(( TEST_RC != 0 || BENCH_RC != 0 ))

@@ -1,0 +1,404 @@
+// CUDA kernels of the fused optimizer step. The per-element arithmetic (update rules, codebook
+// search, conversions, RNG, step scalars) is the shared code of numerics/; this file holds only
+// the block pipeline, loads/stores and reductions, in the same order as the CPU backend
+// (cpu/kernels_impl.cpp), so that results are bit-identical with nearest rounding.
+#include <cub/block/block_reduce.cuh>
+
+#include "check.cuh"
+#include "octopt/numerics/codebook.hpp"
+#include "octopt/numerics/convert.hpp"
+#include "octopt/numerics/hyper_params.hpp"
+#include "octopt/numerics/rng.hpp"
+#include "octopt/numerics/update_rules.hpp"
+#include "optim_kernels.cuh"
+
+namespace octopt::cuda::detail {
+namespace {
+
+constexpr int T = kStepThreads;
+
+struct U3 {
+  unsigned v[3];
+};
+
+struct MaxU {
+  __device__ unsigned operator()(unsigned a, unsigned b) const { return a > b ? a : b; }
+};
+
+struct MaxU3 {
+  __device__ U3 operator()(const U3& a, const U3& b) const {
+    U3 r;
+    #pragma unroll
+    for (int k = 0; k < 3; ++k) r.v[k] = a.v[k] > b.v[k] ? a.v[k] : b.v[k];
+    return r;
+  }
+};
+
+// The optimizer is chosen at run time: the branch is uniform over the whole grid, and one
+// instantiation per optimizer inside one kernel keeps compile time and binary size small.
+__device__ __forceinline__ float update_any(OptimKind kind, const SlotScalars& h, float p, float g, float& s0,
+                                            float& s1, float& s2, float* u) {
+  switch (kind) {
+    case OptimKind::adam: return update_element<OptimKind::adam>(h, p, g, s0, s1, s2, u);
+    case OptimKind::adamw: return update_element<OptimKind::adamw>(h, p, g, s0, s1, s2, u);
+    case OptimKind::sgd: return update_element<OptimKind::sgd>(h, p, g, s0, s1, s2, u);
+    case OptimKind::rmsprop: return update_element<OptimKind::rmsprop>(h, p, g, s0, s1, s2, u);
+    case OptimKind::adagrad: return update_element<OptimKind::adagrad>(h, p, g, s0, s1, s2, u);
+    case OptimKind::lion: return update_element<OptimKind::lion>(h, p, g, s0, s1, s2, u);
+    case OptimKind::ademamix: return update_element<OptimKind::ademamix>(h, p, g, s0, s1, s2, u);
+    case OptimKind::lamb: return update_element<OptimKind::lamb>(h, p, g, s0, s1, s2, u);
+    case OptimKind::lars: return update_element<OptimKind::lars>(h, p, g, s0, s1, s2, u);
+  }
+  return p;
+}
+
+__device__ __forceinline__ int num_states(OptimKind kind) {
+  switch (kind) {
+    case OptimKind::adam:
+    case OptimKind::adamw:
+    case OptimKind::lamb: return 2;
+    case OptimKind::ademamix:
+    case OptimKind::rmsprop: return 3;
+    default: return 1;
+  }
+}
+
+// The CPU's state_key: stream `which` (0..2 state slots, 3 bf16 parameter writes) of this step.
+__device__ __forceinline__ std::uint64_t state_key(std::uint64_t seed, std::uint64_t rng_stream, std::uint64_t step,
+                                                   int which) {
+  return rng_key(seed ^ mix64(rng_stream + 1), step * 4u + std::uint64_t(which));
+}
+
+__device__ __forceinline__ unsigned abs_bits(float v) { return f32_bits(v) & 0x7fffffffu; }
+
+__device__ __forceinline__ float load_state(const DevState& st, const Codebook& cb, float amax, std::int64_t k) {
+  if (st.bits == 32) return static_cast<const float*>(st.data)[k];
+  const std::uint8_t* codes = static_cast<const std::uint8_t*>(st.data);
+  int c;
+  if (st.bits == 8) {
+    c = codes[k];
+  } else {
+    const std::uint8_t byte = codes[k >> 1];
+    c = (k & 1) ? (byte >> 4) : (byte & 0x0f);
+  }
+  return __fmul_rn(cb.values[c], amax);
+}
+
+__device__ __forceinline__ unsigned encode(const Codebook& cb, float v, float div, bool clip, bool stochastic,
+                                           std::uint64_t key, std::int64_t k) {
+  float r = __fdiv_rn(v, div);
+  if (clip) {  // std::min(std::max(r, -1), 1), NaN handling included
+    r = (r < -1.0f) ? -1.0f : r;
+    r = (1.0f < r) ? 1.0f : r;
+  }
+  if (stochastic) return unsigned(stochastic_code(cb, r, uniform01(key, std::uint64_t(k))));
+  return unsigned(nearest_code(cb, r));
+}
+
+struct SharedScalars {
+  unsigned grad_amax;
+  float scale[3];
+};
+
+template <DType P, DType G>
+__device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const DevGrad& grad, std::int64_t tile,
+                         int phase, unsigned char* smem) {
+  using ReduceU = cub::BlockReduce<unsigned, T>;
+  using ReduceU3 = cub::BlockReduce<U3, T>;
+  __shared__ union {
+    typename ReduceU::TempStorage u;
+    typename ReduceU3::TempStorage u3;
+  } reduce_tmp;
+  __shared__ SharedScalars sh;
+
+  const OptimKind kind = tb.kind;
+  const int nstates = num_states(kind);
+  Codebook* cbs = reinterpret_cast<Codebook*>(smem);
+  float* sg = reinterpret_cast<float*>(smem + sizeof(Codebook) * std::size_t(tb.n_codebooks_smem));
+  float* stage = sg + tb.max_block;  // tb.n_stage arrays of max_block floats
+
+  // Codebooks of the quantized states, once per tile.
+  #pragma unroll
+  for (int k = 0; k < 3; ++k) if (k < nstates) {
+    const DevState& st = t.state[k];
+    if (!st.data || st.bits == 32) continue;
+    const int* src = reinterpret_cast<const int*>(tb.codebooks + st.codebook);
+    int* dst = reinterpret_cast<int*>(cbs + k);
+    for (int i = threadIdx.x; i < int(sizeof(Codebook) / sizeof(int)); i += T) dst[i] = src[i];
+  }
+  __syncthreads();
+
+  const DevHeader hdr = *args_header(tb.args);
+  const std::uint64_t gstep = tb.counters->global_step;
+  const SlotScalars h = tb.scalars[ti];
+  const bool stochastic = hdr.stochastic_state != 0;
+  const bool clip = hdr.percentile > 0.0f && hdr.percentile < 100.0f;
+  const int bs = t.block_size;
+  const std::int64_t nb = (t.n + bs - 1) / bs;
+  const std::int64_t b0 = tile * t.blocks_per_tile;
+  const std::int64_t b1 = min(b0 + std::int64_t(t.blocks_per_tile), nb);
+
+  for (std::int64_t b = b0; b < b1; ++b) {
+    const std::int64_t i0 = b * bs;
+    const int len = int(min(std::int64_t(bs), t.n - i0));
+
+    // 1. Non-finite gradient check over the block (max of the magnitude bit patterns: exact,
+    //    and NaN/Inf give a pattern >= 0x7f800000).
+    unsigned gm = 0;
+    for (int i = threadIdx.x; i < len; i += T) {
+      const float gv = load_f32<G>(grad.ptr, i0 + i);
+      sg[i] = gv;
+      const unsigned a = abs_bits(gv);
+      gm = a > gm ? a : gm;
+    }
+    gm = ReduceU(reduce_tmp.u).Reduce(gm, MaxU());
+    if (threadIdx.x == 0) sh.grad_amax = gm;
+    __syncthreads();
+    if (!is_finite_abs(bits_f32(sh.grad_amax))) {
+      if (threadIdx.x == 0) {
+        if (phase == kPhaseNorms) {
+          tb.block_partials[2 * (t.block_begin + b)] = 0.0;
+          tb.block_partials[2 * (t.block_begin + b) + 1] = 0.0;
+        } else {
+          atomicAdd(&tb.counters->skipped_total, 1ull);
+          atomicAdd(&tb.counters->skipped_last, 1ull);
+        }
+      }
+      __syncthreads();
+      continue;
+    }
+
+    // 2. Per element: dequantize with the old absmax, update, store the parameter; stage the new
+    //    state values of quantized slots and their block maxima.
+    float old_amax[3];
+    #pragma unroll
+    for (int k = 0; k < 3; ++k) {
+      const DevState& st = t.state[k];
+      old_amax[k] = (k < nstates && st.data && st.bits != 32) ? st.absmax[b] : 0.0f;
+    }
+    U3 am{{0u, 0u, 0u}};
+    const bool lars_norms = phase == kPhaseNorms && kind == OptimKind::lars;
+    for (int i = threadIdx.x; i < len; i += T) {
+      const std::int64_t k_el = i0 + i;
+      const float g = sg[i];
+      const float p = load_f32<P>(t.param, k_el);
+      if (lars_norms) {
+        stage[i] = p;
+        stage[tb.max_block + i] = g;
+        continue;
+      }
+      float s[3] = {0.0f, 0.0f, 0.0f};
+      #pragma unroll
+      for (int k = 0; k < 3; ++k) if (k < nstates)
+        if (t.state[k].data) s[k] = load_state(t.state[k], cbs[k], old_amax[k], k_el);
+      if (phase == kPhaseNorms) {  // LAMB: the update direction, states left as they were
+        float u = 0.0f;
+        update_any(kind, h, p, g, s[0], s[1], s[2], &u);
+        stage[i] = p;
+        stage[tb.max_block + i] = u;
+        continue;
+      }
+      const float np = update_any(kind, h, p, g, s[0], s[1], s[2], nullptr);
+      if (P == DType::bf16 && hdr.stochastic_bf16) {
+        const std::uint64_t key = state_key(hdr.seed, t.rng_stream, gstep, 3);
+        const std::uint32_t r = std::uint32_t(mix64(key + std::uint64_t(k_el) * kGolden64) >> 48);
+        static_cast<std::uint16_t*>(t.param)[k_el] = f32_to_bf16_stochastic(np, r);
+      } else {
+        store_f32<P>(t.param, k_el, np);
+      }
+      #pragma unroll
+      for (int k = 0; k < 3; ++k) if (k < nstates) {
+        const DevState& st = t.state[k];
+        if (!st.data) continue;
+        if (st.bits == 32) {
+          static_cast<float*>(st.data)[k_el] = s[k];
+        } else {
+          stage[std::int64_t(k) * tb.max_block + i] = s[k];
+          const unsigned a = abs_bits(s[k]);
+          am.v[k] = a > am.v[k] ? a : am.v[k];
+        }
+      }
+    }
+
+    if (phase == kPhaseNorms) {
+      // Per-block sums of squares in double, element by element as on the CPU; one thread per
+      // sum keeps the order (and so every bit) of the CPU's sequential loop.
+      __syncthreads();
+      if (threadIdx.x == 0 || threadIdx.x == 32) {
+        const float* v = stage + (threadIdx.x == 0 ? 0 : tb.max_block);
+        double acc = 0.0;
+        for (int i = 0; i < len; ++i) acc += double(v[i]) * double(v[i]);
+        tb.block_partials[2 * (t.block_begin + b) + (threadIdx.x == 0 ? 0 : 1)] = acc;
+      }
+      __syncthreads();
+      continue;
+    }
+
+    // 3. New block scales of the quantized states: max |x|, or a percentile of |x|.
+    am = ReduceU3(reduce_tmp.u3).Reduce(am, MaxU3());
+    if (threadIdx.x == 0)
+      #pragma unroll
+      for (int k = 0; k < 3; ++k) sh.scale[k] = bits_f32(am.v[k]);
+    __syncthreads();
+    if (clip && len > 1) {
+      // The q-th smallest |x| (as std::nth_element on the CPU): the element with fewer than kq
+      // smaller values and more than kq values not larger. Ties give the same value either way.
+      const double want = ceil(double(hdr.percentile) / 100.0 * len) - 1.0;
+      const int kq = want < 0.0 ? 0 : (want > double(len - 1) ? len - 1 : int(want));
+      #pragma unroll
+      for (int k = 0; k < 3; ++k) if (k < nstates) {
+        const DevState& st = t.state[k];
+        if (!st.data || st.bits == 32) continue;
+        const float* v = stage + std::int64_t(k) * tb.max_block;
+        for (int i = threadIdx.x; i < len; i += T) {
+          const unsigned a = abs_bits(v[i]);
+          int less = 0, le = 0;
+          for (int j = 0; j < len; ++j) {
+            const unsigned c = abs_bits(v[j]);
+            less += c < a;
+            le += c <= a;
+          }
+          if (less <= kq && kq < le) sh.scale[k] = bits_f32(a);
+        }
+      }
+      __syncthreads();
+    }
+
+    // 4. Requantize with the new scales.
+    #pragma unroll
+    for (int k = 0; k < 3; ++k) if (k < nstates) {
+      const DevState& st = t.state[k];
+      if (!st.data || st.bits == 32) continue;
+      const float scale = sh.scale[k];
+      if (threadIdx.x == 0) st.absmax[b] = scale;
+      const float div = scale > 0.0f ? scale : 1.0f;
+      const bool sr = stochastic || st.stochastic != 0;
+      const std::uint64_t key = sr ? state_key(hdr.seed, t.rng_stream, gstep, k) : 0;
+      const float* v = stage + std::int64_t(k) * tb.max_block;
+      std::uint8_t* codes = static_cast<std::uint8_t*>(st.data);
+      if (st.bits == 8) {
+        for (int i = threadIdx.x; i < len; i += T)
+          codes[i0 + i] = std::uint8_t(encode(cbs[k], v[i], div, clip, sr, key, i0 + i));
+      } else {
+        for (int q = threadIdx.x; 2 * q < len; q += T) {
+          const unsigned lo = encode(cbs[k], v[2 * q], div, clip, sr, key, i0 + 2 * q);
+          const unsigned hi = (2 * q + 1 < len) ? encode(cbs[k], v[2 * q + 1], div, clip, sr, key, i0 + 2 * q + 1)
+                                                : 0u;
+          codes[(i0 >> 1) + q] = std::uint8_t(lo | (hi << 4));
+        }
+      }
+    }
+    __syncthreads();  // the staging buffers and shared scalars are reused by the next block
+  }
+}
+
+__global__ void __launch_bounds__(T) step_kernel(Tables tb, int phase) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const std::int64_t tile = blockIdx.x;
+  // The tensor owning this tile: the last index whose prefix is <= tile (empty tensors have
+  // equal prefixes and are passed over).
+  int lo = 0, hi = tb.n_tensors;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (tb.tile_offsets[mid] <= tile) lo = mid;
+    else hi = mid;
+  }
+  const DevGrad grad = args_grads(tb.args)[lo];
+  if (!grad.ptr) return;  // not stepped this time (uniform over the block)
+  const DevTensor t = tb.tensors[lo];
+  const std::int64_t local = tile - tb.tile_offsets[lo];
+  const bool g32 = DType(grad.dtype) == DType::f32;
+  switch (DType(t.param_dtype)) {
+    case DType::f32: return run_tile<DType::f32, DType::f32>(tb, t, lo, grad, local, phase, smem);
+    case DType::f16:
+      if (g32) return run_tile<DType::f16, DType::f32>(tb, t, lo, grad, local, phase, smem);
+      return run_tile<DType::f16, DType::f16>(tb, t, lo, grad, local, phase, smem);
+    case DType::bf16:
+      if (g32) return run_tile<DType::bf16, DType::f32>(tb, t, lo, grad, local, phase, smem);
+      return run_tile<DType::bf16, DType::bf16>(tb, t, lo, grad, local, phase, smem);
+  }
+}
+
+// Advances the device step counters and derives each stepped tensor's scalars from its count, so
+// that a replayed graph uses the right bias corrections without the host.
+__global__ void prepare_kernel(Tables tb) {
+  const int i = int(blockIdx.x) * blockDim.x + int(threadIdx.x);
+  if (i == 0) {
+    tb.counters->global_step += 1;
+    tb.counters->skipped_last = 0;
+  }
+  if (i >= tb.n_tensors) return;
+  if (!args_grads(tb.args)[i].ptr) return;
+  const std::int64_t s = ++tb.steps[i];
+  const HyperParams* hp = args_hparams(tb.args, tb.n_tensors);
+  tb.scalars[i] = scalars_for_step(tb.kind, hp[tb.tensors[i].group], s);
+}
+
+// LAMB/LARS trust ratio of one tensor per thread block: chunk sums in parallel (each a
+// sequential sum of its blocks), then the chunks in order, exactly as the CPU adds them.
+__global__ void __launch_bounds__(T) trust_kernel(Tables tb) {
+  const int ti = int(blockIdx.x);
+  if (!args_grads(tb.args)[ti].ptr) return;
+  const DevTensor& t = tb.tensors[ti];
+  const std::int64_t nb = (t.n + t.block_size - 1) / t.block_size;
+  for (std::int64_t c = threadIdx.x; c < t.n_chunks; c += T) {
+    const std::int64_t c0 = c * t.blocks_per_chunk;
+    const std::int64_t c1 = min(c0 + std::int64_t(t.blocks_per_chunk), nb);
+    double a = 0.0, x = 0.0;
+    for (std::int64_t b = c0; b < c1; ++b) {
+      a += tb.block_partials[2 * (t.block_begin + b)];
+      x += tb.block_partials[2 * (t.block_begin + b) + 1];
+    }
+    tb.chunk_partials[2 * (t.chunk_begin + c)] = a;
+    tb.chunk_partials[2 * (t.chunk_begin + c) + 1] = x;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  double pp = 0.0, xx = 0.0;
+  for (std::int64_t c = 0; c < t.n_chunks; ++c) {
+    pp += tb.chunk_partials[2 * (t.chunk_begin + c)];
+    xx += tb.chunk_partials[2 * (t.chunk_begin + c) + 1];
+  }
+  const double pn = sqrt(pp), xn = sqrt(xx);
+  SlotScalars& h = tb.scalars[ti];
+  double trust = 1.0;
+  if (tb.kind == OptimKind::lamb) {
+    if (pn > 0.0 && xn > 0.0) trust = pn / xn;
+  } else if (pn > 0.0 && xn > 0.0) {
+    trust = double(h.eta) * pn / (xn + double(h.weight_decay) * pn);
+  }
+  h.trust = float(trust);
+}
+
+}  // namespace
+
+std::size_t step_kernel_static_smem() {
+  cudaFuncAttributes attr{};
+  check(cudaFuncGetAttributes(&attr, step_kernel), "cudaFuncGetAttributes(step_kernel)");
+  return attr.sharedSizeBytes;
+}
+
+void set_step_kernel_smem(std::size_t dynamic_bytes) {
+  check(cudaFuncSetAttribute(step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dynamic_bytes)),
+        "cudaFuncSetAttribute(step_kernel, MaxDynamicSharedMemorySize)");
+}
+
+void launch_prepare(const Tables& tb, cudaStream_t stream) {
+  const unsigned grid = unsigned((tb.n_tensors + T - 1) / T);
+  prepare_kernel<<<grid > 0 ? grid : 1, T, 0, stream>>>(tb);
+  check_launch("step: prepare kernel (CUDA)");
+}
+
+void launch_step(const Tables& tb, int phase, std::int64_t tiles, std::size_t smem, cudaStream_t stream) {
+  if (tiles == 0) return;
+  step_kernel<<<unsigned(tiles), T, smem, stream>>>(tb, phase);
+  check_launch("step: fused step kernel (CUDA)");
+}
+
+void launch_trust(const Tables& tb, cudaStream_t stream) {
+  if (tb.n_tensors == 0) return;
+  trust_kernel<<<unsigned(tb.n_tensors), T, 0, stream>>>(tb);
+  check_launch("step: trust-ratio kernel (CUDA)");
+}
+
+}  // namespace octopt::cuda::detail
