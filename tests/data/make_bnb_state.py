@@ -12,8 +12,10 @@ FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bnb_adam8bit
 SHAPES = ((65, 67), (10,))  # 4355 elements: 8-bit state with a partial last block; 10: 32-bit state
 STEPS_BEFORE = 5  # steps taken before the state dict is saved
 STEPS_AFTER = 5  # steps of the continuation
-CASES = {"Adam8bit": dict(lr=1e-2, betas=(0.9, 0.995), eps=1e-8, weight_decay=0.0),
-         "AdamW8bit": dict(lr=1e-2, betas=(0.9, 0.995), eps=1e-8, weight_decay=0.1)}
+CASES = {
+    "Adam8bit": dict(lr=1e-2, betas=(0.9, 0.995), eps=1e-8, weight_decay=0.0),
+    "AdamW8bit": dict(lr=1e-2, betas=(0.9, 0.995), eps=1e-8, weight_decay=0.1),
+}
 
 
 def initial_params() -> list[torch.Tensor]:
@@ -43,8 +45,12 @@ def run_bnb(name: str) -> dict:
         for p, g in zip(params, gradient(step, params)):
             p.grad = g
         opt.step()
-    return {"state_dict": sd, "params_at_save": at_save, "params_after": [p.detach().clone() for p in params],
-            "bitsandbytes": bnb.__version__}
+    return {
+        "state_dict": sd,
+        "params_at_save": at_save,
+        "params_after": [p.detach().clone() for p in params],
+        "bitsandbytes": bnb.__version__,
+    }
 
 
 def _clone(v):

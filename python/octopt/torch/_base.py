@@ -8,8 +8,8 @@ them in one native call; this class only collects the gradients and copies the h
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Callable, Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any, Callable
 
 import torch
 
@@ -24,8 +24,13 @@ HPARAM_KEYS = tuple(k for k in _hparams.GROUP_KEYS if k not in LAYOUT_KEYS)
 # Options of octopt's core that are per optimizer, not per group.
 CORE_OPTIONS = ("seed", "stochastic_rounding", "stochastic_bf16", "percentile", "strict")
 # torch.optim options accepted for drop-in compatibility: (name, values that are accepted).
-TORCH_OPTIONS = {"foreach": None, "fused": None, "capturable": (False,), "differentiable": (False,),
-                 "amsgrad": (False,)}
+TORCH_OPTIONS = {
+    "foreach": None,
+    "fused": None,
+    "capturable": (False,),
+    "differentiable": (False,),
+    "amsgrad": (False,),
+}
 
 _CORE_CLASSES: dict[type, type] = {}
 
@@ -45,8 +50,17 @@ class TorchOptimizer(torch.optim.Optimizer):
     _core_base: type = _CoreOptimizer
     _default_bits = 32
 
-    def __init__(self, params: Any, defaults: dict, *, bits: int | None = None, block_size: int | None = None,
-                 min_8bit_size: int = 4096, first_moment_bits: int | None = None, **options: Any):
+    def __init__(
+        self,
+        params: Any,
+        defaults: dict,
+        *,
+        bits: int | None = None,
+        block_size: int | None = None,
+        min_8bit_size: int = 4096,
+        first_moment_bits: int | None = None,
+        **options: Any,
+    ):
         fn = type(self).__name__
         core_opts = {}
         for key, value in options.items():
@@ -55,13 +69,19 @@ class TorchOptimizer(torch.optim.Optimizer):
             elif key in TORCH_OPTIONS:
                 ok = TORCH_OPTIONS[key]
                 if ok is not None and value not in ok:
-                    raise ValueError(f"{fn}: argument '{key}={value!r}' is not supported (octopt steps every "
-                                     "tensor in one fused native call)")
+                    raise ValueError(
+                        f"{fn}: argument '{key}={value!r}' is not supported (octopt steps every "
+                        "tensor in one fused native call)"
+                    )
             else:
                 raise TypeError(f"{fn}: unexpected argument '{key}'")
         defaults = dict(defaults)
-        defaults.update(bits=self._default_bits if bits is None else bits, block_size=block_size,
-                        min_8bit_size=min_8bit_size, first_moment_bits=first_moment_bits)
+        defaults.update(
+            bits=self._default_bits if bits is None else bits,
+            block_size=block_size,
+            min_8bit_size=min_8bit_size,
+            first_moment_bits=first_moment_bits,
+        )
         full = dict(_hparams.COMMON_DEFAULTS)
         full.update(self._core_base.defaults)
         full.update(defaults)
@@ -85,7 +105,9 @@ class TorchOptimizer(torch.optim.Optimizer):
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         try:
-            self._attach(group, fn if isinstance(getattr(self, "state", None), _StateView) else type(self).__name__)
+            self._attach(
+                group, fn if isinstance(getattr(self, "state", None), _StateView) else type(self).__name__
+            )
         except BaseException:
             self.param_groups.pop()
             raise
@@ -131,26 +153,31 @@ class TorchOptimizer(torch.optim.Optimizer):
         if p.layout != torch.strided:
             raise TypeError(f"{fn}: argument '{arg}' must be a dense tensor, got layout {p.layout}")
         if p.is_complex():
-            raise TypeError(f"{fn}: argument '{arg}' is complex ({p.dtype}); octopt optimizes real tensors only "
-                            "(view it as real with torch.view_as_real before building the model)")
+            raise TypeError(
+                f"{fn}: argument '{arg}' is complex ({p.dtype}); octopt optimizes real tensors only "
+                "(view it as real with torch.view_as_real before building the model)"
+            )
         if str(p.dtype).removeprefix("torch.") not in _arrays.FLOAT_DTYPES:
             raise TypeError(f"{fn}: argument '{arg}' must be float32, float16 or bfloat16, got {p.dtype}")
         if not p.is_contiguous():
-            raise ValueError(f"{fn}: argument '{arg}' must be contiguous: octopt updates the parameter's memory "
-                             "in place")
+            raise ValueError(
+                f"{fn}: argument '{arg}' must be contiguous: octopt updates the parameter's memory in place"
+            )
         if p.device.type != "cpu":
             raise ValueError(f"{fn}: argument '{arg}' is on {p.device}; this build steps CPU tensors only")
 
     def _sync(self, fn: str) -> None:
-        """Copies the hyper-parameters of the torch groups (which schedulers and users change) into the core."""
+        """Copies the hyper-parameters of the torch groups (changed by schedulers and users) into the core."""
         core = self._core
         if len(self.param_groups) != len(self._links):
             raise RuntimeError(f"{fn}: param_groups was changed directly; add groups with add_param_group()")
         for gi, (g, links) in enumerate(zip(self.param_groups, self._links)):
             for k, v in self._layout[gi].items():
                 if g.get(k) != v:
-                    raise ValueError(f"{fn}: param group {gi} has '{k}'={g.get(k)!r} but its state was laid out "
-                                     f"with {v!r}; the state layout cannot change after the group was added")
+                    raise ValueError(
+                        f"{fn}: param group {gi} has '{k}'={g.get(k)!r} but its state was laid out "
+                        f"with {v!r}; the state layout cannot change after the group was added"
+                    )
             for cgi, ov in links:
                 cg = core.param_groups[cgi]
                 for k in HPARAM_KEYS:
@@ -178,17 +205,23 @@ class TorchOptimizer(torch.optim.Optimizer):
         for i, t in enumerate(core._tensors):
             p = t.param
             if p.data_ptr() != self._ptrs[i]:
-                raise RuntimeError(f"{fn}: the memory of a parameter of shape {tuple(p.shape)} was replaced "
-                                   "(param.data = ..., or the model moved with .to() after the optimizer was "
-                                   "created); create the optimizer after moving the model")
+                raise RuntimeError(
+                    f"{fn}: the memory of a parameter of shape {tuple(p.shape)} was replaced "
+                    "(param.data = ..., or the model moved with .to() after the optimizer was "
+                    "created); create the optimizer after moving the model"
+                )
             g = p.grad
             if g is not None:
                 if g.layout != torch.strided:
-                    raise TypeError(f"{fn}: the gradient of a parameter of shape {tuple(p.shape)} is sparse "
-                                    f"({g.layout}); octopt's optimizers need dense gradients")
+                    raise TypeError(
+                        f"{fn}: the gradient of a parameter of shape {tuple(p.shape)} is sparse "
+                        f"({g.layout}); octopt's optimizers need dense gradients"
+                    )
                 if g.is_complex():
-                    raise TypeError(f"{fn}: the gradient of a parameter of shape {tuple(p.shape)} is complex "
-                                    f"({g.dtype}); octopt's optimizers need real gradients")
+                    raise TypeError(
+                        f"{fn}: the gradient of a parameter of shape {tuple(p.shape)} is complex "
+                        f"({g.dtype}); octopt's optimizers need real gradients"
+                    )
                 g = g.detach()
                 if not g.is_contiguous():
                     g = g.contiguous()
@@ -217,7 +250,7 @@ class TorchOptimizer(torch.optim.Optimizer):
 
     # -- state dicts ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """torch's format: ``{"state": {index: {"step": tensor, "exp_avg": tensor, "exp_avg_absmax": tensor, ...}},
+        """torch's format: ``{"state": {index: {"step": tensor, "exp_avg": tensor, "exp_avg_absmax": ...}},
         "param_groups": [...], "octopt": {...}}``. 32-bit states are float32 tensors of the parameter's shape;
         8-bit codes are uint8 tensors of the parameter's shape, 4-bit codes flat uint8 (two per byte), each
         with float32 ``<name>_absmax`` (one per block). The tensors are the live state, as in torch."""
@@ -230,8 +263,10 @@ class TorchOptimizer(torch.optim.Optimizer):
         _state.load_state_dict(self, state_dict)
 
     def __getstate__(self) -> dict:
-        raise TypeError(f"{type(self).__name__}: cannot be pickled or deep-copied (its state lives in a native "
-                        "step plan); save state_dict() instead")
+        raise TypeError(
+            f"{type(self).__name__}: cannot be pickled or deep-copied (its state lives in a native "
+            "step plan); save state_dict() instead"
+        )
 
 
 class _StateView(Mapping):

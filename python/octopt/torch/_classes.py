@@ -17,10 +17,20 @@ class Adam(TorchOptimizer):
 
     _core_base = _core.Adam
 
-    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, *, maximize: bool = False, **options: Any):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize),
-                         **options)
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        *,
+        maximize: bool = False,
+        **options: Any,
+    ):
+        super().__init__(
+            params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize), **options
+        )
 
 
 class AdamW(TorchOptimizer):
@@ -28,10 +38,20 @@ class AdamW(TorchOptimizer):
 
     _core_base = _core.AdamW
 
-    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, *, maximize: bool = False, **options: Any):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize),
-                         **options)
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        *,
+        maximize: bool = False,
+        **options: Any,
+    ):
+        super().__init__(
+            params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, maximize=maximize), **options
+        )
 
 
 class SGD(TorchOptimizer):
@@ -39,10 +59,30 @@ class SGD(TorchOptimizer):
 
     _core_base = _core.SGD
 
-    def __init__(self, params: Any, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False, **options: Any):
-        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                                      nesterov=nesterov, maximize=maximize), **options)
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        **options: Any,
+    ):
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                momentum=momentum,
+                dampening=dampening,
+                weight_decay=weight_decay,
+                nesterov=nesterov,
+                maximize=maximize,
+            ),
+            **options,
+        )
 
 
 class RMSprop(TorchOptimizer):
@@ -50,11 +90,32 @@ class RMSprop(TorchOptimizer):
 
     _core_base = _core.RMSprop
 
-    def __init__(self, params: Any, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
-                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, *,
-                 maximize: bool = False, **options: Any):
-        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                                      centered=centered, maximize=maximize), **options)
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+        *,
+        maximize: bool = False,
+        **options: Any,
+    ):
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                alpha=alpha,
+                eps=eps,
+                weight_decay=weight_decay,
+                momentum=momentum,
+                centered=centered,
+                maximize=maximize,
+            ),
+            **options,
+        )
 
 
 class Adagrad(TorchOptimizer):
@@ -62,12 +123,30 @@ class Adagrad(TorchOptimizer):
 
     _core_base = _core.Adagrad
 
-    def __init__(self, params: Any, lr: float = 1e-2, lr_decay: float = 0.0, weight_decay: float = 0.0,
-                 initial_accumulator_value: float = 0.0, eps: float = 1e-10, *, maximize: bool = False,
-                 **options: Any):
-        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
-                                      initial_accumulator_value=initial_accumulator_value, eps=eps,
-                                      maximize=maximize), **options)
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-2,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+        *,
+        maximize: bool = False,
+        **options: Any,
+    ):
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                lr_decay=lr_decay,
+                weight_decay=weight_decay,
+                initial_accumulator_value=initial_accumulator_value,
+                eps=eps,
+                maximize=maximize,
+            ),
+            **options,
+        )
 
 
 class Lion(TorchOptimizer):
@@ -75,9 +154,19 @@ class Lion(TorchOptimizer):
 
     _core_base = _core.Lion
 
-    def __init__(self, params: Any, lr: float = 1e-4, betas: tuple = (0.9, 0.99), weight_decay: float = 0.0, *,
-                 maximize: bool = False, **options: Any):
-        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay, maximize=maximize), **options)
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-4,
+        betas: tuple = (0.9, 0.99),
+        weight_decay: float = 0.0,
+        *,
+        maximize: bool = False,
+        **options: Any,
+    ):
+        super().__init__(
+            params, dict(lr=lr, betas=betas, weight_decay=weight_decay, maximize=maximize), **options
+        )
 
 
 class AdEMAMix(TorchOptimizer):
@@ -86,23 +175,65 @@ class AdEMAMix(TorchOptimizer):
 
     _core_base = _core.AdEMAMix
 
-    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple = (0.9, 0.999, 0.9999), alpha: float = 5.0,
-                 t_alpha: float | None = None, t_beta3: float | None = None, eps: float = 1e-8,
-                 weight_decay: float = 1e-2, *, maximize: bool = False, **options: Any):
-        super().__init__(params, dict(lr=lr, betas=betas, alpha=alpha, t_alpha=t_alpha, t_beta3=t_beta3, eps=eps,
-                                      weight_decay=weight_decay, maximize=maximize), **options)
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple = (0.9, 0.999, 0.9999),
+        alpha: float = 5.0,
+        t_alpha: float | None = None,
+        t_beta3: float | None = None,
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        *,
+        maximize: bool = False,
+        **options: Any,
+    ):
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                betas=betas,
+                alpha=alpha,
+                t_alpha=t_alpha,
+                t_beta3=t_beta3,
+                eps=eps,
+                weight_decay=weight_decay,
+                maximize=maximize,
+            ),
+            **options,
+        )
 
 
 class LAMB(TorchOptimizer):
-    """LAMB (You et al. 2020): Adam direction plus decoupled decay, scaled per tensor by ||w|| / ||update||."""
+    """LAMB (You et al. 2020): Adam direction plus decoupled decay, scaled per tensor by ||w||/||update||."""
 
     _core_base = _core.LAMB
 
-    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-6,
-                 weight_decay: float = 0.0, bias_correction: bool = True, *, maximize: bool = False,
-                 **options: Any):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                      bias_correction=bias_correction, maximize=maximize), **options)
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        bias_correction: bool = True,
+        *,
+        maximize: bool = False,
+        **options: Any,
+    ):
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                betas=betas,
+                eps=eps,
+                weight_decay=weight_decay,
+                bias_correction=bias_correction,
+                maximize=maximize,
+            ),
+            **options,
+        )
 
 
 class LARS(TorchOptimizer):
@@ -110,15 +241,29 @@ class LARS(TorchOptimizer):
 
     _core_base = _core.LARS
 
-    def __init__(self, params: Any, lr: float = 1e-3, momentum: float = 0.9, weight_decay: float = 0.0,
-                 eta: float = 1e-3, *, maximize: bool = False, **options: Any):
-        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, eta=eta,
-                                      maximize=maximize), **options)
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        eta: float = 1e-3,
+        *,
+        maximize: bool = False,
+        **options: Any,
+    ):
+        super().__init__(
+            params,
+            dict(lr=lr, momentum=momentum, weight_decay=weight_decay, eta=eta, maximize=maximize),
+            **options,
+        )
 
 
 def _eight_bit(base: type) -> type:
     doc = f"{base.__name__} with 8-bit block-wise state by default (``bits=8``).\n\n{base.__doc__}"
-    return type(base.__name__ + "8bit", (base,), {"_default_bits": 8, "__doc__": doc, "__module__": base.__module__})
+    return type(
+        base.__name__ + "8bit", (base,), {"_default_bits": 8, "__doc__": doc, "__module__": base.__module__}
+    )
 
 
 Adam8bit = _eight_bit(Adam)

@@ -1,4 +1,4 @@
-"""Per-parameter overrides of the state layout and hyper-parameters (like bitsandbytes' GlobalOptimManager)."""
+"""Per-parameter overrides of state layout and hyper-parameters (like bitsandbytes' GlobalOptimManager)."""
 
 from __future__ import annotations
 
@@ -31,15 +31,18 @@ def override(target: Any, **options: Any) -> None:
     elif isinstance(target, torch.Tensor):
         params = [target]
     else:
-        raise TypeError(f"{fn}: argument 'target' must be a torch.Tensor or torch.nn.Module, got "
-                        f"{type(target).__name__}")
+        raise TypeError(
+            f"{fn}: argument 'target' must be a torch.Tensor or torch.nn.Module, got {type(target).__name__}"
+        )
     for key in options:
         if key not in OVERRIDE_KEYS:
             raise ValueError(f"{fn}: unknown option '{key}' (known: {', '.join(OVERRIDE_KEYS)})")
     for p in params:
         if p in _HELD:
-            raise ValueError(f"{fn}: argument 'target' is already held by an octopt.torch optimizer, whose state "
-                             "layout is fixed; call override() before creating the optimizer")
+            raise ValueError(
+                f"{fn}: argument 'target' is already held by an octopt.torch optimizer, whose state "
+                "layout is fixed; call override() before creating the optimizer"
+            )
     _check_values(options, fn)
     for p in params:
         if options:
@@ -62,7 +65,9 @@ def _check_values(options: dict, fn: str) -> None:
     if isinstance(bits, bool) or bits not in (32, 8, 4):
         raise ValueError(f"{fn}: option 'bits' must be 32, 8 or 4, got {bits!r}")
     bs = options.get("block_size")
-    if bs is not None and (isinstance(bs, bool) or not isinstance(bs, int) or bs < 32 or bs > 4096 or bs & (bs - 1)):
+    if bs is not None and (
+        isinstance(bs, bool) or not isinstance(bs, int) or bs < 32 or bs > 4096 or bs & (bs - 1)
+    ):
         raise ValueError(f"{fn}: option 'block_size' must be a power of two in [32, 4096], got {bs!r}")
     m8 = options.get("min_8bit_size", 0)
     if isinstance(m8, bool) or not isinstance(m8, int) or m8 < 0:

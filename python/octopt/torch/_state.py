@@ -23,8 +23,20 @@ BNB_SLOTS = {"adam": {"exp_avg": "1", "exp_avg_sq": "2"}, "adamw": {"exp_avg": "
 # Per-tensor keys of a bitsandbytes state that carry nothing octopt needs (a scratch norm for max_unorm).
 BNB_IGNORED_STATE = ("unorm_vec",)
 # Group keys of bitsandbytes or torch.optim that octopt does not take over on import.
-FOREIGN_GROUP_KEYS = ("optim_bits", "percentile_clipping", "block_wise", "max_unorm", "skip_zeros", "is_paged",
-                      "amsgrad", "foreach", "fused", "capturable", "differentiable", "decoupled_weight_decay")
+FOREIGN_GROUP_KEYS = (
+    "optim_bits",
+    "percentile_clipping",
+    "block_wise",
+    "max_unorm",
+    "skip_zeros",
+    "is_paged",
+    "amsgrad",
+    "foreach",
+    "fused",
+    "capturable",
+    "differentiable",
+    "decoupled_weight_decay",
+)
 LAYOUT_KEYS = ("bits", "block_size", "min_8bit_size", "first_moment_bits")
 
 
@@ -53,42 +65,60 @@ def state_dict(opt: Any) -> dict:
         i += len(g["params"])
         groups.append(h)
     core = opt._core
-    meta = {"format": FORMAT, "optimizer": type(opt)._core_base.kind,
-            "global_step": 0 if core is None else int(core._plan.global_step), "layout": layout}
+    meta = {
+        "format": FORMAT,
+        "optimizer": type(opt)._core_base.kind,
+        "global_step": 0 if core is None else int(core._plan.global_step),
+        "layout": layout,
+    }
     return {"state": state, "param_groups": groups, "octopt": meta}
 
 
 def load_state_dict(opt: Any, sd: Any) -> None:
     fn = f"{type(opt).__name__}.load_state_dict"
     kind = type(opt)._core_base.kind
-    if not isinstance(sd, dict) or not isinstance(sd.get("state"), dict) or not isinstance(
-            sd.get("param_groups"), list):
-        raise ValueError(f"{fn}: argument 'state_dict' must be a dict with 'state' (a dict) and 'param_groups' (a "
-                         "list), as state_dict() returns")
+    if (
+        not isinstance(sd, dict)
+        or not isinstance(sd.get("state"), dict)
+        or not isinstance(sd.get("param_groups"), list)
+    ):
+        raise TypeError(
+            f"{fn}: argument 'state_dict' must be a dict with 'state' (a dict) and 'param_groups' (a "
+            "list), as state_dict() returns"
+        )
     meta = sd.get("octopt")
     if meta is not None:
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise ValueError(f"{fn}: argument 'state_dict' has octopt metadata of an unknown format "
-                             f"{meta.get('format') if isinstance(meta, dict) else meta!r}")
+        if not isinstance(meta, dict):
+            raise TypeError(f"{fn}: argument 'state_dict' has 'octopt' metadata that is not a dict")
+        if meta.get("format") != FORMAT:
+            raise ValueError(
+                f"{fn}: argument 'state_dict' has octopt metadata of an unknown format {meta.get('format')!r}"
+            )
         if meta.get("optimizer") != kind:
-            raise ValueError(f"{fn}: the state is for optimizer '{meta.get('optimizer')}' but this optimizer is "
-                             f"'{kind}'")
+            raise ValueError(
+                f"{fn}: the state is for optimizer '{meta.get('optimizer')}' but this optimizer is '{kind}'"
+            )
     saved_groups = sd["param_groups"]
     if len(saved_groups) != len(opt.param_groups):
-        raise ValueError(f"{fn}: the state has {len(saved_groups)} param groups but this optimizer has "
-                         f"{len(opt.param_groups)}")
+        raise ValueError(
+            f"{fn}: the state has {len(saved_groups)} param groups but this optimizer has "
+            f"{len(opt.param_groups)}"
+        )
     for gi, (h, g) in enumerate(zip(saved_groups, opt.param_groups)):
         if not isinstance(h, dict) or not isinstance(h.get("params"), (list, tuple)):
-            raise ValueError(f"{fn}: param group {gi} of the state is not a dict with a 'params' list")
+            raise TypeError(f"{fn}: param group {gi} of the state is not a dict with a 'params' list")
         if len(h["params"]) != len(g["params"]):
-            raise ValueError(f"{fn}: param group {gi} has {len(h['params'])} parameters in the state but "
-                             f"{len(g['params'])} here")
+            raise ValueError(
+                f"{fn}: param group {gi} has {len(h['params'])} parameters in the state but "
+                f"{len(g['params'])} here"
+            )
     core = opt._core
     pending: list[tuple[torch.Tensor, torch.Tensor]] = []
     steps: list[tuple[_TensorState, int]] = []
     any_bnb = False
-    for i, (saved_id, p) in enumerate(zip(chain.from_iterable(h["params"] for h in saved_groups),
-                                          opt._param_list())):
+    for i, (saved_id, p) in enumerate(
+        zip(chain.from_iterable(h["params"] for h in saved_groups), opt._param_list())
+    ):
         t = opt._tensors[id(p)]
         where = f"{fn}: the state of parameter {i}"
         entry = sd["state"].get(saved_id)
@@ -97,21 +127,27 @@ def load_state_dict(opt: Any, sd: Any) -> None:
             steps.append((t, 0))
             continue
         if not isinstance(entry, dict):
-            raise ValueError(f"{where} must be a dict, got {type(entry).__name__}")
+            raise TypeError(f"{where} must be a dict, got {type(entry).__name__}")
         if BNB_NESTED in entry or "state1" in entry:
             any_bnb = True
             pending += _from_bnb(core, t, entry, kind, where)
         else:
-            lay = meta["layout"].get(saved_id) if meta is not None and isinstance(meta.get("layout"), dict) else None
+            lay = (
+                meta["layout"].get(saved_id)
+                if meta is not None and isinstance(meta.get("layout"), dict)
+                else None
+            )
             pending += _from_native(core, t, entry, lay, where)
         steps.append((t, _step(entry.get("step"), where)))
     new_groups = _merged_groups(opt, saved_groups, any_bnb, fn)
     if any_bnb and kind == "adam" and any(float(g.get("weight_decay", 0)) != 0 for g in new_groups):
         import warnings
 
-        warnings.warn(f"{fn}: bitsandbytes' Adam8bit decays weights decoupled (like AdamW); octopt's Adam adds the "
-                      "decay to the gradient like torch.optim.Adam. Use AdamW8bit to continue identically.",
-                      stacklevel=3)
+        warnings.warn(
+            f"{fn}: bitsandbytes' Adam8bit decays weights decoupled (like AdamW); octopt's Adam adds the "
+            "decay to the gradient like torch.optim.Adam. Use AdamW8bit to continue identically.",
+            stacklevel=3,
+        )
     # everything validated: commit
     with torch.no_grad():
         for dst, src in pending:
@@ -138,8 +174,13 @@ def _merged_groups(opt: Any, saved_groups: list, from_bnb: bool, fn: str) -> lis
     out = []
     for gi, (h, g) in enumerate(zip(saved_groups, opt.param_groups)):
         new = {k: v for k, v in g.items() if k != "params"}
-        new.update({k: (tuple(v) if k == "betas" and isinstance(v, list) else v) for k, v in h.items()
-                    if k not in skip})
+        new.update(
+            {
+                k: (tuple(v) if k == "betas" and isinstance(v, list) else v)
+                for k, v in h.items()
+                if k not in skip
+            }
+        )
         for cgi, ov in opt._links[gi]:
             m = dict(opt._core_defaults)
             m.update({k: v for k, v in new.items() if k in _hparams.GROUP_KEYS})
@@ -154,7 +195,12 @@ def _step(v: Any, where: str) -> int:
         if v.numel() != 1:
             raise ValueError(f"{where} has a 'step' tensor of {v.numel()} elements; expected one")
         v = v.item()
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or v < 0 or v != int(v):
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float, np.integer, np.floating))
+        or v < 0
+        or v != int(v)
+    ):
         raise ValueError(f"{where} has a bad 'step' {v!r}; expected a non-negative whole number")
     return int(v)
 
@@ -174,7 +220,7 @@ def _initial(core: Any, t: _TensorState, names: list[str]) -> list:
 
 def _tensor(v: Any, where: str, what: str) -> torch.Tensor:
     if not isinstance(v, torch.Tensor):
-        raise ValueError(f"{where}: '{what}' must be a tensor, got {type(v).__name__}")
+        raise TypeError(f"{where}: '{what}' must be a tensor, got {type(v).__name__}")
     if v.layout != torch.strided or v.is_complex():
         raise ValueError(f"{where}: '{what}' must be a dense real tensor")
     return v.detach()
@@ -185,8 +231,10 @@ def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) 
     known = {"step"} | names | {n + "_absmax" for n in names}
     unknown = sorted(str(k) for k in entry if k not in known)
     if unknown:
-        raise ValueError(f"{where} has entries {unknown} that this optimizer does not use (it keeps "
-                         f"{sorted(names)}); was it saved by a different optimizer?")
+        raise ValueError(
+            f"{where} has entries {unknown} that this optimizer does not use (it keeps "
+            f"{sorted(names)}); was it saved by a different optimizer?"
+        )
     out = []
     for spec in t.specs:
         v = entry.get(spec.name)
@@ -214,8 +262,10 @@ def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) 
 def _infer_quantized(n: int, n_codes: int, n_blocks: int, spec: Any, where: str) -> tuple[int, int]:
     bits = 8 if n_codes == n else 4 if n_codes == (n + 1) // 2 else 0
     if bits == 0:
-        raise ValueError(f"{where}: '{spec.name}' has {n_codes} codes, which fits neither 8-bit ({n}) nor 4-bit "
-                         f"({(n + 1) // 2}) codes of the parameter")
+        raise ValueError(
+            f"{where}: '{spec.name}' has {n_codes} codes, which fits neither 8-bit ({n}) nor 4-bit "
+            f"({(n + 1) // 2}) codes of the parameter"
+        )
     candidates = [spec.block_size, 256 if bits == 8 else 128] + [1 << k for k in range(5, 13)]
     for bs in candidates:
         if -(-n // bs) == n_blocks:
@@ -223,7 +273,9 @@ def _infer_quantized(n: int, n_codes: int, n_blocks: int, spec: Any, where: str)
     raise ValueError(f"{where}: '{spec.name}_absmax' has {n_blocks} blocks, which fits no block size")
 
 
-def _into(core: Any, t: _TensorState, spec: Any, values: torch.Tensor, quant: tuple | None, where: str) -> list:
+def _into(
+    core: Any, t: _TensorState, spec: Any, values: torch.Tensor, quant: tuple | None, where: str
+) -> list:
     """Copies that put a source state (float values, or codes with (absmax, bits, block_size, map)) into
     slot `spec` of t, converting through float32 when the layouts differ."""
     n = t.info.size
@@ -232,20 +284,26 @@ def _into(core: Any, t: _TensorState, spec: Any, values: torch.Tensor, quant: tu
         src_absmax, bits, block_size, q = quant
         n_codes = (n + 1) // 2 if bits == 4 else n
         if values.dtype != torch.uint8 or values.numel() != n_codes:
-            raise ValueError(f"{where}: '{spec.name}' must hold {n_codes} uint8 codes ({bits}-bit), got "
-                             f"{values.numel()} of {values.dtype}")
+            raise ValueError(
+                f"{where}: '{spec.name}' must hold {n_codes} uint8 codes ({bits}-bit), got "
+                f"{values.numel()} of {values.dtype}"
+            )
         n_blocks = -(-n // block_size)
         if src_absmax.dtype != torch.float32 or src_absmax.numel() != n_blocks:
-            raise ValueError(f"{where}: '{spec.name}' absmax must hold {n_blocks} float32 values (block size "
-                             f"{block_size}), got {src_absmax.numel()} of {src_absmax.dtype}")
+            raise ValueError(
+                f"{where}: '{spec.name}' absmax must hold {n_blocks} float32 values (block size "
+                f"{block_size}), got {src_absmax.numel()} of {src_absmax.dtype}"
+            )
         if (bits, block_size) == (spec.bits, spec.block_size) and np.array_equal(q, core._map(spec)):
             return [(data, values.reshape(-1)), (absmax, src_absmax.reshape(-1))]
         codes = values.to("cpu").reshape(-1).contiguous()
         am = src_absmax.to("cpu").reshape(-1).contiguous()
         values = dequantize_blockwise(codes, am, q, block_size, bits, shape=(n,))
     if not values.is_floating_point() or values.numel() != n:
-        raise ValueError(f"{where}: '{spec.name}' must hold {n} floating-point values, got {values.numel()} of "
-                         f"{values.dtype}")
+        raise ValueError(
+            f"{where}: '{spec.name}' must hold {n} floating-point values, got {values.numel()} of "
+            f"{values.dtype}"
+        )
     if spec.bits == 32:
         return [(data, values.reshape(-1))]
     f32 = values.to("cpu", torch.float32).reshape(-1).contiguous()
@@ -257,16 +315,20 @@ def _into(core: Any, t: _TensorState, spec: Any, values: torch.Tensor, quant: tu
 
 def _from_bnb(core: Any, t: _TensorState, entry: dict, kind: str, where: str) -> list:
     if kind not in BNB_SLOTS:
-        raise ValueError(f"{where} is a bitsandbytes state; importing bitsandbytes state is supported for Adam and "
-                         f"AdamW (8-bit or 32-bit), not for '{kind}'")
+        raise ValueError(
+            f"{where} is a bitsandbytes state; importing bitsandbytes state is supported for Adam and "
+            f"AdamW (8-bit or 32-bit), not for '{kind}'"
+        )
     flat = {k: v for k, v in entry.items() if k != BNB_NESTED}
     nested = entry.get(BNB_NESTED, {})
     if not isinstance(nested, dict):
-        raise ValueError(f"{where}: '{BNB_NESTED}' must be a dict")
+        raise TypeError(f"{where}: '{BNB_NESTED}' must be a dict")
     flat.update(nested)
     if "max1" in flat or "new_max1" in flat:
-        raise ValueError(f"{where} is a bitsandbytes state quantized per tensor (block_wise=False); only block-wise "
-                         "states can be imported")
+        raise ValueError(
+            f"{where} is a bitsandbytes state quantized per tensor (block_wise=False); only block-wise "
+            "states can be imported"
+        )
     known = {"step", "state1", "state2", "qmap1", "qmap2", "absmax1", "absmax2", *BNB_IGNORED_STATE}
     unknown = sorted(str(k) for k in flat if k not in known)
     if unknown:
@@ -288,10 +350,12 @@ def _from_bnb(core: Any, t: _TensorState, entry: dict, kind: str, where: str) ->
         qmap = _tensor(flat["qmap" + k], where, "qmap" + k).to("cpu", torch.float32).numpy()
         q = maps.resolve(qmap, 8, f"{where}: 'qmap{k}'", arg="qmap" + k)
         n = t.info.size
-        # bitsandbytes' block-wise 8-bit optimizers use blocks of 256 (2048 in releases before 0.44)
+        # bitsandbytes' block-wise 8-bit optimizers use blocks of 256 (2048 in older releases)
         block_size = next((bs for bs in (256, 2048) if -(-n // bs) == absmax.numel()), None)
         if block_size is None:
-            raise ValueError(f"{where}: 'absmax{k}' has {absmax.numel()} blocks; bitsandbytes' block size 256 gives "
-                             f"{-(-n // 256)}")
+            raise ValueError(
+                f"{where}: 'absmax{k}' has {absmax.numel()} blocks; bitsandbytes' block size 256 gives "
+                f"{-(-n // 256)}"
+            )
         out += _into(core, t, spec, v, (absmax, 8, block_size, q), where)
     return out
