@@ -141,6 +141,20 @@ def test_load_changes_nothing_on_error():
         opt.load_state_dict({"state": []})
 
 
+def test_state_dict_hooks_run():
+    params = make_params()
+    opt = build(params)
+    calls = []
+    opt.register_state_dict_pre_hook(lambda o: calls.append("pre"))
+    opt.register_state_dict_post_hook(lambda o, sd: {**sd, "extra": 1})
+    opt.register_load_state_dict_pre_hook(lambda o, sd: calls.append("load_pre"))
+    opt.register_load_state_dict_post_hook(lambda o: calls.append("load_post"))
+    sd = opt.state_dict()
+    assert sd["extra"] == 1
+    opt.load_state_dict(sd)
+    assert calls == ["pre", "load_pre", "load_post"]
+
+
 def test_missing_entries_reset_the_state():
     params = make_params()
     opt = build(params)

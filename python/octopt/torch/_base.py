@@ -249,18 +249,34 @@ class TorchOptimizer(torch.optim.Optimizer):
         return [layout[index[id(self._tensors[id(p)])]] for p in self._param_list()]
 
     # -- state dicts ---------------------------------------------------------------------------
+    @torch._disable_dynamo
     def state_dict(self) -> dict:
         """torch's format: ``{"state": {index: {"step": tensor, "exp_avg": tensor, "exp_avg_absmax": ...}},
         "param_groups": [...], "octopt": {...}}``. 32-bit states are float32 tensors of the parameter's shape;
         8-bit codes are uint8 tensors of the parameter's shape, 4-bit codes flat uint8 (two per byte), each
         with float32 ``<name>_absmax`` (one per block). The tensors are the live state, as in torch."""
-        return _state.state_dict(self)
+        for pre_hook in self._optimizer_state_dict_pre_hooks.values():
+            pre_hook(self)
+        sd = _state.state_dict(self)
+        for post_hook in self._optimizer_state_dict_post_hooks.values():
+            result = post_hook(self, sd)
+            if result is not None:
+                sd = result
+        return sd
 
+    @torch._disable_dynamo
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores a state dict from state_dict(), from the matching torch.optim optimizer (its float32
         states are quantized) or from bitsandbytes' Adam8bit/AdamW8bit (both layouts). Everything is
         validated before anything changes; tensors are copied onto the optimizer's device."""
+        state_dict = state_dict.copy() if isinstance(state_dict, dict) else state_dict
+        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
+            result = pre_hook(self, state_dict)
+            if result is not None:
+                state_dict = result
         _state.load_state_dict(self, state_dict)
+        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
+            post_hook(self)
 
     def __getstate__(self) -> dict:
         raise TypeError(
