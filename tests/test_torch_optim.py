@@ -273,6 +273,12 @@ def test_override_keeps_a_parameter_in_32_bits():
     w = model[0].weight.detach().clone()
     opt.step()
     assert torch.equal(model[0].weight.detach(), w)
+    del opt
+    import gc
+
+    gc.collect()
+    ot.override(model[0], bits=8)  # no optimizer holds it any more
+    assert ot.get_override(model[0].weight) == {"bits": 8}
     with pytest.raises(ValueError, match="override: unknown option 'colour'"):
         ot.override(torch.nn.Parameter(torch.zeros(3)), colour=1)
     with pytest.raises(ValueError, match="override: option 'bits' must be 32, 8 or 4"):

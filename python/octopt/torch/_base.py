@@ -143,7 +143,7 @@ class TorchOptimizer(torch.optim.Optimizer):
             for t in self._core._tensors[first:]:
                 self._tensors[id(t.param)] = t
                 self._ptrs.append(t.param.data_ptr())
-                _override.mark_held(t.param)
+                _override.mark_held(t.param, self)
         self._links.append(links)
         self._layout.append({k: group[k] for k in LAYOUT_KEYS})
         assert len(self._links) == gi + 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -10,7 +11,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from .. import _hparams
 
 _OVERRIDES: WeakIdKeyDictionary = WeakIdKeyDictionary()  # param -> {option: value}
-_HELD: WeakIdKeyDictionary = WeakIdKeyDictionary()  # params already held by an octopt.torch optimizer -> True
+_HELD: WeakIdKeyDictionary = WeakIdKeyDictionary()  # param -> weak reference to the optimizer holding it
 
 # Keys a parameter may override: everything a param group may set.
 OVERRIDE_KEYS = _hparams.GROUP_KEYS
@@ -38,7 +39,8 @@ def override(target: Any, **options: Any) -> None:
         if key not in OVERRIDE_KEYS:
             raise ValueError(f"{fn}: unknown option '{key}' (known: {', '.join(OVERRIDE_KEYS)})")
     for p in params:
-        if p in _HELD:
+        holder = _HELD.get(p)
+        if holder is not None and holder() is not None:
             raise ValueError(
                 f"{fn}: argument 'target' is already held by an octopt.torch optimizer, whose state "
                 "layout is fixed; call override() before creating the optimizer"
@@ -56,8 +58,8 @@ def get_override(param: torch.Tensor) -> dict:
     return dict(_OVERRIDES.get(param, {}))
 
 
-def mark_held(param: torch.Tensor) -> None:
-    _HELD[param] = True
+def mark_held(param: torch.Tensor, optimizer: Any) -> None:
+    _HELD[param] = weakref.ref(optimizer)
 
 
 def _check_values(options: dict, fn: str) -> None:
