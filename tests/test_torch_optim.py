@@ -235,6 +235,10 @@ def test_bad_inputs_raise_clear_errors():
         ot.Adam8bit([torch.zeros(3, dtype=torch.float64, requires_grad=True)])
     with pytest.raises(ValueError, match=r"Adam8bit: argument 'params\[1\]' must be contiguous"):
         ot.Adam8bit([p, torch.nn.Parameter(torch.zeros(4, 5).t())])
+    with pytest.raises(ValueError, match=r"Adam8bit: argument 'percentile' must be in \[0, 100\], got 120"):
+        ot.Adam8bit([p], percentile=120)
+    with pytest.raises(TypeError, match=r"Adam8bit: argument 'seed' must be an int"):
+        ot.Adam8bit([p], seed=1.5)
     with pytest.raises(ValueError, match="empty parameter list"):
         ot.Adam8bit([])
     opt = ot.Adam8bit([p])
@@ -308,3 +312,14 @@ def test_bf16_params_step_in_place():
         p.grad = g
     opt.step()
     assert [p.data_ptr() for p in params] == ptrs and params[0].dtype == torch.bfloat16
+
+
+def test_empty_param_group():
+    a = torch.nn.Parameter(torch.randn(5000))
+    opt = ot.Adam8bit([{"params": []}, {"params": [a], "lr": 0.1}])
+    a.grad = torch.ones_like(a)
+    opt.step()
+    sd = opt.state_dict()
+    assert [g["params"] for g in sd["param_groups"]] == [[], [0]]
+    opt.load_state_dict(sd)
+    assert int(opt.state[a]["step"]) == 1

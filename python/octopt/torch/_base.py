@@ -75,6 +75,11 @@ class TorchOptimizer(torch.optim.Optimizer):
                     )
             else:
                 raise TypeError(f"{fn}: unexpected argument '{key}'")
+        _arrays.check_int(core_opts.get("seed", 0), fn, "seed", 0, 2**64 - 1)
+        if not 0.0 <= float(core_opts.get("percentile", 0.0)) <= 100.0:
+            raise ValueError(
+                f"{fn}: argument 'percentile' must be in [0, 100], got {core_opts['percentile']}"
+            )
         defaults = dict(defaults)
         defaults.update(
             bits=self._default_bits if bits is None else bits,
@@ -114,7 +119,6 @@ class TorchOptimizer(torch.optim.Optimizer):
 
     def _attach(self, group: dict, fn: str) -> None:
         kind = self._core_base.kind
-        gi = len(self.param_groups) - 1
         base = {k: group[k] for k in _hparams.GROUP_KEYS if k in group}
         merged = dict(self._core_defaults)
         merged.update(base)
@@ -146,7 +150,6 @@ class TorchOptimizer(torch.optim.Optimizer):
                 _override.mark_held(t.param, self)
         self._links.append(links)
         self._layout.append({k: group[k] for k in LAYOUT_KEYS})
-        assert len(self._links) == gi + 1
 
     @staticmethod
     def _check_param(p: torch.Tensor, fn: str, arg: str) -> None:
