@@ -1,0 +1,361 @@
+"""State dicts of octopt.torch in torch's format, and import of torch.optim and bitsandbytes state dicts.
+
+Every source state is turned into what this optimizer stores: equal layouts are copied as they are, others
+pass through float32 (dequantized with the source's own map and block size, requantized with ours).
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import _hparams, maps
+from ..functional import dequantize_blockwise, quantize_blockwise
+from ..optimizer import _TensorState
+
+FORMAT = 1
+BNB_NESTED = "__bnb_optimizer_quant_state__"  # bitsandbytes >= 0.45 nests its quantization tensors here
+# bitsandbytes' names of the two states of Adam/AdamW; its 8-bit maps are octopt's dynamic maps.
+BNB_SLOTS = {"adam": {"exp_avg": "1", "exp_avg_sq": "2"}, "adamw": {"exp_avg": "1", "exp_avg_sq": "2"}}
+# Per-tensor keys of a bitsandbytes state that carry nothing octopt needs (a scratch norm for max_unorm).
+BNB_IGNORED_STATE = ("unorm_vec",)
+# Group keys of bitsandbytes or torch.optim that octopt does not take over on import.
+FOREIGN_GROUP_KEYS = (
+    "optim_bits",
+    "percentile_clipping",
+    "block_wise",
+    "max_unorm",
+    "skip_zeros",
+    "is_paged",
+    "amsgrad",
+    "foreach",
+    "fused",
+    "capturable",
+    "differentiable",
+    "decoupled_weight_decay",
+)
+LAYOUT_KEYS = ("bits", "block_size", "min_8bit_size", "first_moment_bits")
+
+
+def param_state(t: _TensorState, live: bool = True) -> dict:
+    """One parameter's state in torch's style: live tensors (views of the core's buffers) and its step."""
+    out: dict[str, Any] = {"step": torch.tensor(float(t.step), dtype=torch.float32)}
+    for spec in t.specs:
+        data, absmax = t.buffers[spec.index]
+        out[spec.name] = data if spec.bits == 4 else data.view(t.param.shape)
+        if absmax is not None:
+            out[spec.name + "_absmax"] = absmax
+    return out
+
+
+def state_dict(opt: Any) -> dict:
+    params = opt._param_list()
+    state, layout = {}, {}
+    for i, p in enumerate(params):
+        t = opt._tensors[id(p)]
+        state[i] = param_state(t)
+        layout[i] = {s.name: [s.bits, s.block_size] for s in t.specs}
+    groups, i = [], 0
+    for g in opt.param_groups:
+        h = {k: v for k, v in g.items() if k != "params"}
+        h["params"] = list(range(i, i + len(g["params"])))
+        i += len(g["params"])
+        groups.append(h)
+    core = opt._core
+    meta = {
+        "format": FORMAT,
+        "optimizer": type(opt)._core_base.kind,
+        "global_step": 0 if core is None else int(core._plan.global_step),
+        "layout": layout,
+    }
+    return {"state": state, "param_groups": groups, "octopt": meta}
+
+
+def load_state_dict(opt: Any, sd: Any) -> None:
+    fn = f"{type(opt).__name__}.load_state_dict"
+    kind = type(opt)._core_base.kind
+    if (
+        not isinstance(sd, dict)
+        or not isinstance(sd.get("state"), dict)
+        or not isinstance(sd.get("param_groups"), list)
+    ):
+        raise TypeError(
+            f"{fn}: argument 'state_dict' must be a dict with 'state' (a dict) and 'param_groups' (a "
+            "list), as state_dict() returns"
+        )
+    meta = sd.get("octopt")
+    if meta is not None:
+        if not isinstance(meta, dict):
+            raise TypeError(f"{fn}: argument 'state_dict' has 'octopt' metadata that is not a dict")
+        if meta.get("format") != FORMAT:
+            raise ValueError(
+                f"{fn}: argument 'state_dict' has octopt metadata of an unknown format {meta.get('format')!r}"
+            )
+        if meta.get("optimizer") != kind:
+            raise ValueError(
+                f"{fn}: the state is for optimizer '{meta.get('optimizer')}' but this optimizer is '{kind}'"
+            )
+    saved_groups = sd["param_groups"]
+    if len(saved_groups) != len(opt.param_groups):
+        raise ValueError(
+            f"{fn}: the state has {len(saved_groups)} param groups but this optimizer has "
+            f"{len(opt.param_groups)}"
+        )
+    for gi, (h, g) in enumerate(zip(saved_groups, opt.param_groups)):
+        if not isinstance(h, dict) or not isinstance(h.get("params"), (list, tuple)):
+            raise TypeError(f"{fn}: param group {gi} of the state is not a dict with a 'params' list")
+        if len(h["params"]) != len(g["params"]):
+            raise ValueError(
+                f"{fn}: param group {gi} has {len(h['params'])} parameters in the state but "
+                f"{len(g['params'])} here"
+            )
+    core = opt._core
+    pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+    steps: list[tuple[_TensorState, int]] = []
+    any_bnb = False
+    for i, (saved_id, p) in enumerate(
+        zip(chain.from_iterable(h["params"] for h in saved_groups), opt._param_list())
+    ):
+        t = opt._tensors[id(p)]
+        where = f"{fn}: the state of parameter {i}"
+        entry = sd["state"].get(saved_id)
+        if entry is None:
+            pending += _initial(core, t, [s.name for s in t.specs])
+            steps.append((t, 0))
+            continue
+        if not isinstance(entry, dict):
+            raise TypeError(f"{where} must be a dict, got {type(entry).__name__}")
+        if BNB_NESTED in entry or "state1" in entry:
+            any_bnb = True
+            pending += _from_bnb(core, t, entry, kind, where)
+        else:
+            lay = (
+                meta["layout"].get(saved_id)
+                if meta is not None and isinstance(meta.get("layout"), dict)
+                else None
+            )
+            pending += _from_native(core, t, entry, lay, where)
+        steps.append((t, _step(entry.get("step"), where)))
+    new_groups = _merged_groups(opt, saved_groups, any_bnb, fn)
+    if any_bnb and kind == "adam" and any(float(g.get("weight_decay", 0)) != 0 for g in new_groups):
+        import warnings
+
+        warnings.warn(
+            f"{fn}: bitsandbytes' Adam8bit decays weights decoupled (like AdamW); octopt's Adam adds the "
+            "decay to the gradient like torch.optim.Adam. Use AdamW8bit to continue identically.",
+            stacklevel=3,
+        )
+    # everything validated: commit
+    with torch.no_grad():
+        for dst, src in pending:
+            dst.copy_(src.reshape(dst.shape))
+    for t, s in steps:
+        t.step = s
+    for g, new in zip(opt.param_groups, new_groups):
+        params = g["params"]
+        g.clear()
+        g.update(new)
+        g["params"] = params
+    if core is not None:
+        if meta is not None:
+            core._plan.global_step = int(meta.get("global_step", 0))
+        else:
+            core._plan.global_step = max((s for _, s in steps), default=0)
+
+
+def _merged_groups(opt: Any, saved_groups: list, from_bnb: bool, fn: str) -> list[dict]:
+    kind = type(opt)._core_base.kind
+    skip = set(FOREIGN_GROUP_KEYS) | set(LAYOUT_KEYS) | {"params"}
+    if from_bnb and kind != "ademamix":
+        skip |= {"alpha", "t_alpha", "t_beta3"}  # bitsandbytes keeps AdEMAMix's keys in every group
+    out = []
+    for gi, (h, g) in enumerate(zip(saved_groups, opt.param_groups)):
+        new = {k: v for k, v in g.items() if k != "params"}
+        new.update(
+            {
+                k: (tuple(v) if k == "betas" and isinstance(v, list) else v)
+                for k, v in h.items()
+                if k not in skip
+            }
+        )
+        for cgi, ov in opt._links[gi]:
+            m = dict(opt._core_defaults)
+            m.update({k: v for k, v in new.items() if k in _hparams.GROUP_KEYS})
+            m.update(ov)
+            _hparams.validate_group(kind, m, f"{fn}: param group {gi}")
+        out.append(new)
+    return out
+
+
+def _step(v: Any, where: str) -> int:
+    if isinstance(v, torch.Tensor):
+        if v.numel() != 1:
+            raise ValueError(f"{where} has a 'step' tensor of {v.numel()} elements; expected one")
+        v = v.item()
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float, np.integer, np.floating))
+        or v < 0
+        or v != int(v)
+    ):
+        raise ValueError(f"{where} has a bad 'step' {v!r}; expected a non-negative whole number")
+    return int(v)
+
+
+def _initial(core: Any, t: _TensorState, names: list[str]) -> list:
+    """Copies that reset the named slots of t to their initial value."""
+    scratch = _TensorState(t.param, t.info, t.group, t.block_size, t.specs)
+    core._allocate(scratch, core.param_groups[t.group])
+    out = []
+    for spec in t.specs:
+        if spec.name in names:
+            for dst, src in zip(t.buffers[spec.index], scratch.buffers[spec.index]):
+                if dst is not None:
+                    out.append((dst, src))
+    return out
+
+
+def _tensor(v: Any, where: str, what: str) -> torch.Tensor:
+    if not isinstance(v, torch.Tensor):
+        raise TypeError(f"{where}: '{what}' must be a tensor, got {type(v).__name__}")
+    if v.layout != torch.strided or v.is_complex():
+        raise ValueError(f"{where}: '{what}' must be a dense real tensor")
+    return v.detach()
+
+
+def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) -> list:
+    names = {s.name for s in t.specs}
+    known = {"step"} | names | {n + "_absmax" for n in names}
+    unknown = sorted(str(k) for k in entry if k not in known)
+    if unknown:
+        raise ValueError(
+            f"{where} has entries {unknown} that this optimizer does not use (it keeps "
+            f"{sorted(names)}); was it saved by a different optimizer?"
+        )
+    out = []
+    for spec in t.specs:
+        v = entry.get(spec.name)
+        if v is None:
+            out += _initial(core, t, [spec.name])
+            continue
+        v = _tensor(v, where, spec.name)
+        absmax = entry.get(spec.name + "_absmax")
+        if absmax is None:
+            if not v.is_floating_point():
+                raise ValueError(f"{where}: '{spec.name}' is {v.dtype} without '{spec.name}_absmax'")
+            out += _into(core, t, spec, v, None, where)
+            continue
+        absmax = _tensor(absmax, where, spec.name + "_absmax")
+        src = lay.get(spec.name) if isinstance(lay, dict) else None
+        if src is not None:
+            bits, block_size = int(src[0]), int(src[1])
+        else:
+            bits, block_size = _infer_quantized(t.info.size, v.numel(), absmax.numel(), spec, where)
+        q = core._map(type(spec)(spec.index, spec.name, spec.signed, bits, block_size))
+        out += _into(core, t, spec, v, (absmax, bits, block_size, q), where)
+    return out
+
+
+def _infer_quantized(n: int, n_codes: int, n_blocks: int, spec: Any, where: str) -> tuple[int, int]:
+    bits = 8 if n_codes == n else 4 if n_codes == (n + 1) // 2 else 0
+    if bits == 0:
+        raise ValueError(
+            f"{where}: '{spec.name}' has {n_codes} codes, which fits neither 8-bit ({n}) nor 4-bit "
+            f"({(n + 1) // 2}) codes of the parameter"
+        )
+    candidates = [spec.block_size, 256 if bits == 8 else 128] + [1 << k for k in range(5, 13)]
+    for bs in candidates:
+        if -(-n // bs) == n_blocks:
+            return bits, bs
+    raise ValueError(f"{where}: '{spec.name}_absmax' has {n_blocks} blocks, which fits no block size")
+
+
+def _into(
+    core: Any, t: _TensorState, spec: Any, values: torch.Tensor, quant: tuple | None, where: str
+) -> list:
+    """Copies that put a source state (float values, or codes with (absmax, bits, block_size, map)) into
+    slot `spec` of t, converting through float32 when the layouts differ."""
+    n = t.info.size
+    data, absmax = t.buffers[spec.index]
+    if quant is not None:
+        src_absmax, bits, block_size, q = quant
+        n_codes = (n + 1) // 2 if bits == 4 else n
+        if values.dtype != torch.uint8 or values.numel() != n_codes:
+            raise ValueError(
+                f"{where}: '{spec.name}' must hold {n_codes} uint8 codes ({bits}-bit), got "
+                f"{values.numel()} of {values.dtype}"
+            )
+        n_blocks = -(-n // block_size)
+        if src_absmax.dtype != torch.float32 or src_absmax.numel() != n_blocks:
+            raise ValueError(
+                f"{where}: '{spec.name}' absmax must hold {n_blocks} float32 values (block size "
+                f"{block_size}), got {src_absmax.numel()} of {src_absmax.dtype}"
+            )
+        if (bits, block_size) == (spec.bits, spec.block_size) and np.array_equal(q, core._map(spec)):
+            return [(data, values.reshape(-1)), (absmax, src_absmax.reshape(-1))]
+        codes = values.to("cpu").reshape(-1).contiguous()
+        am = src_absmax.to("cpu").reshape(-1).contiguous()
+        values = dequantize_blockwise(codes, am, q, block_size, bits, shape=(n,))
+    if not values.is_floating_point() or values.numel() != n:
+        raise ValueError(
+            f"{where}: '{spec.name}' must hold {n} floating-point values, got {values.numel()} of "
+            f"{values.dtype}"
+        )
+    if spec.bits == 32:
+        return [(data, values.reshape(-1))]
+    f32 = values.to("cpu", torch.float32).reshape(-1).contiguous()
+    if not bool(torch.isfinite(f32).all()):
+        raise ValueError(f"{where}: '{spec.name}' holds NaN or Inf")
+    codes, am = quantize_blockwise(f32, core._map(spec), spec.block_size, spec.bits)
+    return [(data, codes.reshape(-1)), (absmax, am)]
+
+
+def _from_bnb(core: Any, t: _TensorState, entry: dict, kind: str, where: str) -> list:
+    if kind not in BNB_SLOTS:
+        raise ValueError(
+            f"{where} is a bitsandbytes state; importing bitsandbytes state is supported for Adam and "
+            f"AdamW (8-bit or 32-bit), not for '{kind}'"
+        )
+    flat = {k: v for k, v in entry.items() if k != BNB_NESTED}
+    nested = entry.get(BNB_NESTED, {})
+    if not isinstance(nested, dict):
+        raise TypeError(f"{where}: '{BNB_NESTED}' must be a dict")
+    flat.update(nested)
+    if "max1" in flat or "new_max1" in flat:
+        raise ValueError(
+            f"{where} is a bitsandbytes state quantized per tensor (block_wise=False); only block-wise "
+            "states can be imported"
+        )
+    known = {"step", "state1", "state2", "qmap1", "qmap2", "absmax1", "absmax2", *BNB_IGNORED_STATE}
+    unknown = sorted(str(k) for k in flat if k not in known)
+    if unknown:
+        raise ValueError(f"{where} has bitsandbytes entries {unknown} that octopt cannot import")
+    out = []
+    for spec in t.specs:
+        k = BNB_SLOTS[kind][spec.name]
+        v = flat.get("state" + k)
+        if v is None:
+            raise ValueError(f"{where} lacks bitsandbytes' 'state{k}' ({spec.name})")
+        v = _tensor(v, where, "state" + k)
+        if v.dtype != torch.uint8:
+            out += _into(core, t, spec, v, None, where)
+            continue
+        for extra in ("absmax", "qmap"):
+            if flat.get(extra + k) is None:
+                raise ValueError(f"{where} has 8-bit 'state{k}' but lacks '{extra}{k}'")
+        absmax = _tensor(flat["absmax" + k], where, "absmax" + k)
+        qmap = _tensor(flat["qmap" + k], where, "qmap" + k).to("cpu", torch.float32).numpy()
+        q = maps.resolve(qmap, 8, f"{where}: 'qmap{k}'", arg="qmap" + k)
+        n = t.info.size
+        # bitsandbytes' block-wise 8-bit optimizers use blocks of 256 (2048 in older releases)
+        block_size = next((bs for bs in (256, 2048) if -(-n // bs) == absmax.numel()), None)
+        if block_size is None:
+            raise ValueError(
+                f"{where}: 'absmax{k}' has {absmax.numel()} blocks; bitsandbytes' block size 256 gives "
+                f"{-(-n // 256)}"
+            )
+        out += _into(core, t, spec, v, (absmax, 8, block_size, q), where)
+    return out
