@@ -89,11 +89,6 @@ void encode_codes(const Codebook& cb, const Levels& L, const float* v, int len, 
   }
 }
 
-void write_codes(const std::uint8_t* codes, int len, int bits, std::int64_t i0, std::uint8_t* dst) {
-  if (bits == 8) std::memcpy(dst + i0, codes, std::size_t(len));
-  else pack4(codes, len, dst + i0 / 2);
-}
-
 void read_codes(const std::uint8_t* src, int len, int bits, std::int64_t i0, std::uint8_t* codes) {
   if (bits == 8) std::memcpy(codes, src + i0, std::size_t(len));
   else unpack4(src + i0 / 2, len, codes);
@@ -109,18 +104,23 @@ std::int64_t quantize(const void* x, DType dtype, std::int64_t n, const Codebook
   for (std::int64_t b = b0; b < b1; ++b) {
     const std::int64_t i0 = b * block_size;
     const int len = int(std::min<std::int64_t>(block_size, n - i0));
-    load_any(x, dtype, i0, len, s.x);
-    float amax = abs_max(s.x, len);
+    // float32 input is read in place; 8-bit codes are written straight to the output
+    const float* v = s.x;
+    if (dtype == DType::f32) v = static_cast<const float*>(x) + i0;
+    else load_any(x, dtype, i0, len, s.x);
+    float amax = abs_max(v, len);
     absmax[b] = amax;
     if (!is_finite_abs(amax)) {
       ++bad;
       std::fill(s.x, s.x + len, 0.0f);
+      v = s.x;
       amax = 1.0f;
     } else if (amax == 0.0f) {
       amax = 1.0f;  // all-zero block: every code is the code of 0, which dequantizes to exact zeros
     }
-    encode_codes(cb, L, s.x, len, amax, false, rounding == Rounding::stochastic, key, i0, s.codes);
-    write_codes(s.codes, len, bits, i0, codes);
+    std::uint8_t* out = bits == 8 ? codes + i0 : s.codes;
+    encode_codes(cb, L, v, len, amax, false, rounding == Rounding::stochastic, key, i0, out);
+    if (bits == 4) pack4(s.codes, len, codes + i0 / 2);
   }
   return bad;
 }
@@ -131,9 +131,17 @@ void dequantize(const std::uint8_t* codes, const float* absmax, std::int64_t n, 
   for (std::int64_t b = b0; b < b1; ++b) {
     const std::int64_t i0 = b * block_size;
     const int len = int(std::min<std::int64_t>(block_size, n - i0));
-    read_codes(codes, len, bits, i0, s.codes);
-    decode_block(cb, s.codes, len, absmax[b], s.x);
-    store_any(out, out_dtype, i0, len, s.x);
+    const std::uint8_t* c = codes + i0;
+    if (bits == 4) {
+      unpack4(codes + i0 / 2, len, s.codes);
+      c = s.codes;
+    }
+    if (out_dtype == DType::f32) {
+      decode_block(cb, c, len, absmax[b], static_cast<float*>(out) + i0);
+    } else {
+      decode_block(cb, c, len, absmax[b], s.x);
+      store_any(out, out_dtype, i0, len, s.x);
+    }
   }
 }
 
@@ -176,7 +184,9 @@ void load_state(const StateBuffer& st, const Codebook* cbs, std::int64_t b, std:
     std::memcpy(out, static_cast<const float*>(st.data) + i0, sizeof(float) * std::size_t(len));
     return;
   }
-  read_codes(static_cast<const std::uint8_t*>(st.data), len, st.bits, i0, codes);
+  const auto* src = static_cast<const std::uint8_t*>(st.data);
+  if (st.bits == 8) return decode_block(cbs[st.codebook], src + i0, len, st.absmax[b], out);
+  read_codes(src, len, st.bits, i0, codes);
   decode_block(cbs[st.codebook], codes, len, st.absmax[b], out);
 }
 
@@ -200,9 +210,11 @@ void store_state(const StateBuffer& st, const Codebook* cbs, const Levels& level
   const float scale = block_scale(v, len, cfg.percentile, s.tmp);
   st.absmax[b] = scale;
   const bool clip = cfg.percentile > 0.0f && cfg.percentile < 100.0f;
+  auto* dst = static_cast<std::uint8_t*>(st.data);
+  std::uint8_t* out = st.bits == 8 ? dst + i0 : s.codes;  // 8-bit codes are written in place
   encode_codes(cbs[st.codebook], levels, v, len, scale > 0.0f ? scale : 1.0f, clip,
-               cfg.stochastic_state || st.stochastic, key, i0, s.codes);
-  write_codes(s.codes, len, st.bits, i0, static_cast<std::uint8_t*>(st.data));
+               cfg.stochastic_state || st.stochastic, key, i0, out);
+  if (st.bits == 4) pack4(s.codes, len, dst + i0 / 2);
 }
 
 template <OptimKind K>
