@@ -66,7 +66,7 @@ inline void encode_block(const Codebook& cb, const Levels& L, const float* v, in
       const __m512i b5 = _mm512_set1_epi32(32), b6 = _mm512_set1_epi32(64);
       // U independent vectors per iteration: the eight levels are a dependent chain, so
       // interleaving several keeps the permute and compare units busy.
-      constexpr int U = 2;
+      constexpr int U = 4;
       for (; i < len; i += 16 * U) {
         __mmask16 m[U];
         __m512 r[U];
