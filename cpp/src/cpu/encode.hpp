@@ -12,24 +12,31 @@
 
 #include "octopt/numerics/codebook.hpp"
 #include "octopt/numerics/convert.hpp"
+#include "octopt/numerics/rng.hpp"
 
 namespace octopt::cpu::OCTOPT_ISA_NS {
 
 // Thresholds reordered by search level: level s (s = size/2 .. 1) holds size/(2s) entries,
 // entry j being thresholds[j * 2s + s - 1], starting at offset size/(2s) - 1.
 struct Levels {
-  alignas(64) float lvl[256];
+  alignas(64) float lvl[256];   // the decision thresholds, by level (nearest rounding)
+  alignas(64) float vals[256];  // the map values, by level (stochastic rounding brackets r by them)
   int size;
   bool simd;  // the sign rule is a no-op for this map, so the plain search is the whole answer
 };
 
+inline void level_order(const float* sorted, int size, float* out) {
+  for (int s = size / 2; s >= 1; s /= 2) {
+    const int off = size / (2 * s) - 1;
+    for (int j = 0; j < size / (2 * s); ++j) out[off + j] = sorted[j * 2 * s + s - 1];
+  }
+  for (int i = size - 1; i < 256; ++i) out[i] = 3.0e38f;
+}
+
 inline void make_levels(const Codebook& cb, Levels& L) {
   L.size = cb.size;
-  for (int s = cb.size / 2; s >= 1; s /= 2) {
-    const int off = cb.size / (2 * s) - 1;
-    for (int j = 0; j < cb.size / (2 * s); ++j) L.lvl[off + j] = cb.thresholds[j * 2 * s + s - 1];
-  }
-  for (int i = cb.size - 1; i < 256; ++i) L.lvl[i] = 3.0e38f;
+  level_order(cb.thresholds, cb.size, L.lvl);
+  level_order(cb.values, cb.size, L.vals);
   bool has_zero = false;
   for (int i = 0; i < cb.size; ++i) has_zero |= cb.values[i] == 0.0f;
   L.simd = has_zero || cb.first_nonneg == 0 || cb.last_nonpos == cb.size - 1;
@@ -43,6 +50,114 @@ inline __m512i apply_floor(const Codebook& cb, __m512 r, __m512i c) {
   const __mmask16 in = _mm512_cmpge_epi32_mask(c, _mm512_set1_epi32(cb.zero_lo)) &
                        _mm512_cmple_epi32_mask(c, _mm512_set1_epi32(cb.zero_hi));
   return _mm512_mask_mov_epi32(c, pos & in, _mm512_set1_epi32(cb.nonzero_floor));
+}
+#endif
+
+#if defined(OCTOPT_ISA_AVX512)
+// The level search on one vector: the number of level-ordered entries <= r among the first size - 1.
+inline __m512i search_levels(const float* lv, int size, __m512 r) {
+  __m512i c = _mm512_setzero_si512();
+  auto step = [&](__m512 t, int s) {
+    c = _mm512_mask_add_epi32(c, _mm512_cmp_ps_mask(t, r, _CMP_LE_OQ), c, _mm512_set1_epi32(s));
+  };
+  const __m512i b5 = _mm512_set1_epi32(32), b6 = _mm512_set1_epi32(64);
+  if (size == 16) {
+    step(_mm512_set1_ps(lv[0]), 8);
+    step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 3), _mm512_maskz_loadu_ps(0x3, lv + 1)), 4);
+    step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 2), _mm512_maskz_loadu_ps(0xf, lv + 3)), 2);
+    step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 1), _mm512_maskz_loadu_ps(0xff, lv + 7)), 1);
+    return c;
+  }
+  step(_mm512_set1_ps(lv[0]), 128);
+  step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 7), _mm512_maskz_loadu_ps(0x3, lv + 1)), 64);
+  step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 6), _mm512_maskz_loadu_ps(0xf, lv + 3)), 32);
+  step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 5), _mm512_maskz_loadu_ps(0xff, lv + 7)), 16);
+  step(_mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), _mm512_loadu_ps(lv + 15)), 8);
+  step(_mm512_permutex2var_ps(_mm512_loadu_ps(lv + 31), _mm512_srli_epi32(c, 3), _mm512_loadu_ps(lv + 47)), 4);
+  {
+    const __m512i j = _mm512_srli_epi32(c, 2);
+    const __m512 lo = _mm512_permutex2var_ps(_mm512_loadu_ps(lv + 63), j, _mm512_loadu_ps(lv + 79));
+    const __m512 hi = _mm512_permutex2var_ps(_mm512_loadu_ps(lv + 95), j, _mm512_loadu_ps(lv + 111));
+    step(_mm512_mask_blend_ps(_mm512_test_epi32_mask(j, b5), lo, hi), 2);
+  }
+  {
+    const __m512i j = _mm512_srli_epi32(c, 1);
+    const __mmask16 s5 = _mm512_test_epi32_mask(j, b5);
+    __m512 q[2];
+    for (int h = 0; h < 2; ++h)
+      q[h] = _mm512_mask_blend_ps(s5, _mm512_permutex2var_ps(_mm512_loadu_ps(lv + 127 + 64 * h), j,
+                                                             _mm512_loadu_ps(lv + 143 + 64 * h)),
+                                  _mm512_permutex2var_ps(_mm512_loadu_ps(lv + 159 + 64 * h), j,
+                                                         _mm512_loadu_ps(lv + 175 + 64 * h)));
+    step(_mm512_mask_blend_ps(_mm512_test_epi32_mask(j, b6), q[0], q[1]), 1);
+  }
+  return c;
+}
+
+// values[c] for 16 codes c in [0, size).
+inline __m512 lookup_values(const Codebook& cb, __m512i c) {
+  if (cb.size == 16) return _mm512_permutexvar_ps(c, _mm512_loadu_ps(cb.values));
+  const __m512i b5 = _mm512_set1_epi32(32), b6 = _mm512_set1_epi32(64), b7 = _mm512_set1_epi32(128);
+  const __mmask16 s5 = _mm512_test_epi32_mask(c, b5), s6 = _mm512_test_epi32_mask(c, b6);
+  __m512 q[4];
+  for (int k = 0; k < 4; ++k)
+    q[k] = _mm512_mask_blend_ps(
+        s5, _mm512_permutex2var_ps(_mm512_loadu_ps(cb.values + 64 * k), c, _mm512_loadu_ps(cb.values + 64 * k + 16)),
+        _mm512_permutex2var_ps(_mm512_loadu_ps(cb.values + 64 * k + 32), c, _mm512_loadu_ps(cb.values + 64 * k + 48)));
+  const __m512 lo = _mm512_mask_blend_ps(s6, q[0], q[1]);
+  const __m512 hi = _mm512_mask_blend_ps(s6, q[2], q[3]);
+  return _mm512_mask_blend_ps(_mm512_test_epi32_mask(c, b7), lo, hi);
+}
+
+inline __m512i mix64_x8(__m512i z) {
+  z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 30));
+  z = _mm512_mullo_epi64(z, _mm512_set1_epi64(std::int64_t(0xBF58476D1CE4E5B9ull)));
+  z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 27));
+  z = _mm512_mullo_epi64(z, _mm512_set1_epi64(std::int64_t(0x94D049BB133111EBull)));
+  return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+}
+
+// uniform01(key, index0 + i) for i = 0..15, exactly as the scalar generator.
+inline __m512 uniform16(std::uint64_t key, std::uint64_t index0) {
+  const __m512i lane = _mm512_setr_epi64(1, 2, 3, 4, 5, 6, 7, 8);
+  const __m512i g = _mm512_set1_epi64(std::int64_t(kGolden64));
+  const __m512i base = _mm512_set1_epi64(std::int64_t(index0));
+  __m256 h[2];
+  for (int k = 0; k < 2; ++k) {
+    const __m512i idx = _mm512_add_epi64(_mm512_add_epi64(base, lane), _mm512_set1_epi64(8 * k));
+    const __m512i z = _mm512_add_epi64(_mm512_set1_epi64(std::int64_t(key)), _mm512_mullo_epi64(idx, g));
+    h[k] = _mm512_cvtepi64_ps(_mm512_srli_epi64(mix64_x8(z), 40));  // 24-bit integers: exact
+  }
+  const __m512 u = _mm512_insertf32x8(_mm512_castps256_ps512(h[0]), h[1], 1);
+  return _mm512_mul_ps(u, _mm512_set1_ps(5.9604644775390625e-08f));
+}
+
+// stochastic_code for 16 lanes (the sign rule is a no-op here: L.simd).
+inline __m512i stochastic_codes(const Codebook& cb, const Levels& L, __m512 r, __m512 u) {
+  const int n = cb.size;
+  __m512i cnt = search_levels(L.vals, n, r);  // values <= r among the first n - 1
+  cnt = _mm512_mask_add_epi32(cnt, _mm512_cmp_ps_mask(_mm512_set1_ps(cb.values[n - 1]), r, _CMP_LE_OQ), cnt,
+                              _mm512_set1_epi32(1));
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i lo = _mm512_max_epi32(_mm512_sub_epi32(cnt, one), _mm512_setzero_si512());
+  const __m512i hi = _mm512_min_epi32(cnt, _mm512_set1_epi32(n - 1));
+  const __m512 vlo = lookup_values(cb, lo), vhi = lookup_values(cb, hi);
+  const __m512 p = _mm512_div_ps(_mm512_sub_ps(r, vlo), _mm512_sub_ps(vhi, vlo));
+  __m512i c = _mm512_mask_mov_epi32(lo, _mm512_cmp_ps_mask(u, p, _CMP_LT_OQ), cnt);
+  c = _mm512_mask_mov_epi32(c, _mm512_cmpeq_epi32_mask(cnt, _mm512_setzero_si512()), _mm512_setzero_si512());
+  c = _mm512_mask_mov_epi32(c, _mm512_cmpeq_epi32_mask(cnt, _mm512_set1_epi32(n)), _mm512_set1_epi32(n - 1));
+  return apply_floor(cb, r, c);
+}
+
+inline void encode_block_stochastic(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
+                                    std::uint64_t key, std::int64_t i0, std::uint8_t* codes) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (int i = 0; i < len; i += 16) {
+    const __mmask16 m = len - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - i)) - 1u);
+    const __m512 r = _mm512_div_ps(_mm512_maskz_loadu_ps(m, v + i), vs);
+    const __m512 u = uniform16(key, std::uint64_t(i0 + i));
+    _mm512_mask_cvtepi32_storeu_epi8(codes + i, m, stochastic_codes(cb, L, r, u));
+  }
 }
 #endif
 

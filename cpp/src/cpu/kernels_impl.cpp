@@ -82,6 +82,9 @@ Scratch& scratch() {
 void encode_codes(const Codebook& cb, const Levels& L, const float* v, int len, float scale, bool clip,
                   bool stochastic, std::uint64_t key, std::int64_t i0, std::uint8_t* out) {
   if (!stochastic && !clip) return encode_block(cb, L, v, len, scale, out);
+#if defined(OCTOPT_ISA_AVX512)
+  if (stochastic && !clip && L.simd) return encode_block_stochastic(cb, L, v, len, scale, key, i0, out);
+#endif
   for (int i = 0; i < len; ++i) {
     float r = v[i] / scale;
     if (clip) r = std::min(std::max(r, -1.0f), 1.0f);
