@@ -249,8 +249,25 @@ inline void encode_block(const Codebook& cb, const Levels& L, const float* v, in
       __m256i c = _mm256_setzero_si256();
       for (int s = L.size / 2; s >= 1; s /= 2) {
         const int off = L.size / (2 * s) - 1;
+        const int entries = L.size / (2 * s);
         const __m256i j = _mm256_srlv_epi32(c, _mm256_set1_epi32(__builtin_ctz(unsigned(2 * s))));
-        const __m256 t = _mm256_i32gather_ps(L.lvl + off, j, 4);
+        // small levels from registers (permutes), the three largest by gathers
+        __m256 t;
+        if (entries <= 8) {
+          t = _mm256_permutevar8x32_ps(_mm256_loadu_ps(L.lvl + off), j);
+        } else if (entries == 16) {
+          const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(L.lvl + off), j);
+          const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(L.lvl + off + 8), j);
+          t = _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(j, 28)));  // bit 3 of j
+        } else if (entries == 32) {
+          __m256 q[4];
+          for (int k = 0; k < 4; ++k) q[k] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(L.lvl + off + 8 * k), j);
+          const __m256 b3 = _mm256_castsi256_ps(_mm256_slli_epi32(j, 28));
+          const __m256 b4 = _mm256_castsi256_ps(_mm256_slli_epi32(j, 27));
+          t = _mm256_blendv_ps(_mm256_blendv_ps(q[0], q[1], b3), _mm256_blendv_ps(q[2], q[3], b3), b4);
+        } else {
+          t = _mm256_i32gather_ps(L.lvl + off, j, 4);
+        }
         const __m256 le = _mm256_cmp_ps(t, r, _CMP_LE_OQ);
         c = _mm256_add_epi32(c, _mm256_and_si256(_mm256_castps_si256(le), _mm256_set1_epi32(s)));
       }
