@@ -6,7 +6,7 @@ It was written by octopt 0.1.0:
 
     PYTHONPATH=<octopt install> python tests/data/make_state_file_v1.py
 
-The expected contents below are what tests/test_state_file.py compares the fixture with.
+The expected contents below are what tests/test_state_file_roundtrip.py compares the fixture with.
 """
 
 from __future__ import annotations
