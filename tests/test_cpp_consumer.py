@@ -35,7 +35,8 @@ def _run(cmd, cwd=ROOT, check=True):
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=TIMEOUT_S)
     if check:
-        assert proc.returncode == 0, f"{' '.join(map(str, cmd))} exited with {proc.returncode}:\n{proc.stdout[-20000:]}"
+        what = " ".join(map(str, cmd))
+        assert proc.returncode == 0, f"{what} exited with {proc.returncode}:\n{proc.stdout[-20000:]}"
     return proc
 
 
@@ -93,7 +94,8 @@ def _check_least_squares(build_dir, tmp_path):
 
 
 def test_least_squares_installed_prefix(examples, prefix, tmp_path):
-    for part in ("include/octopt/optimizer.hpp", "include/octopt/octopt.hpp", "share/cmake/octopt/octoptConfig.cmake"):
+    for part in ("include/octopt/optimizer.hpp", "include/octopt/octopt.hpp",
+                 "share/cmake/octopt/octoptConfig.cmake"):
         assert (prefix / part).exists(), part
     assert list(prefix.glob("lib*/liboctopt.a")), "liboctopt.a was not installed"
     _check_least_squares(examples, tmp_path)
@@ -121,11 +123,11 @@ def test_least_squares_wheel(tmp_path):
 
 # ---- state files across languages ---------------------------------------------------------------
 
-def _py_setup(bits, kind="AdamW"):
+def _py_setup(bits, kind="AdamW", shapes=SHAPES):
     import octopt
 
     params = []
-    for k, shape in enumerate(SHAPES):
+    for k, shape in enumerate(shapes):
         i = np.arange(int(np.prod(shape)), dtype=np.int64)
         params.append((((7 * i + 3 * k) % 61 - 30).astype(np.float32) / np.float32(64)).reshape(shape))
     opt = getattr(octopt, kind)(params, lr=1e-2, weight_decay=1e-2, bits=bits)
@@ -204,13 +206,21 @@ def test_state_file_mismatch_refused(examples, tmp_path):
     # another optimizer
     params, opt = _py_setup(8, "Adam")
     opt.save(tmp_path / "adam.safetensors")
-    proc = _run([interop, "continue", tmp_path / "adam.safetensors", tmp_path / "o", tmp_path / "p"], check=False)
-    assert proc.returncode == 2 and "optimizer 'adam' but this optimizer is 'adamw'" in proc.stdout, proc.stdout
+    out, out_params = tmp_path / "o", tmp_path / "p"
+    proc = _run([interop, "continue", tmp_path / "adam.safetensors", out, out_params], check=False)
+    assert proc.returncode == 2, proc.stdout
+    assert "optimizer 'adam' but this optimizer is 'adamw'" in proc.stdout, proc.stdout
     # other bits, either direction
     _run([interop, "write", tmp_path / "b4.safetensors", 4])
-    proc = _run([interop, "continue", tmp_path / "b4.safetensors", tmp_path / "o", tmp_path / "p", 8], check=False)
+    proc = _run([interop, "continue", tmp_path / "b4.safetensors", out, out_params, 8], check=False)
     assert proc.returncode == 2 and "bits=4 in the file but 8 here" in proc.stdout, proc.stdout
-    assert not (tmp_path / "o").exists()
+    assert not out.exists()
     params, opt = _py_setup(8)
     with pytest.raises(ValueError, match="bits=4 in the state but 8 here"):
         opt.load(tmp_path / "b4.safetensors")
+    # another shape with the same element count
+    params, opt = _py_setup(8, shapes=[SHAPES[0], (10, 10), SHAPES[2]])
+    opt.save(tmp_path / "shape.safetensors")
+    proc = _run([interop, "continue", tmp_path / "shape.safetensors", out, out_params], check=False)
+    assert proc.returncode == 2, proc.stdout
+    assert "tensor 1 has shape (10, 10) in the file but parameter 1 has shape (100,)" in proc.stdout, proc.stdout
