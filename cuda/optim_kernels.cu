@@ -52,16 +52,7 @@ __device__ __forceinline__ float update_any(OptimKind kind, const SlotScalars& h
   return p;
 }
 
-__device__ __forceinline__ int num_states(OptimKind kind) {
-  switch (kind) {
-    case OptimKind::adam:
-    case OptimKind::adamw:
-    case OptimKind::lamb: return 2;
-    case OptimKind::ademamix:
-    case OptimKind::rmsprop: return 3;
-    default: return 1;
-  }
-}
+__device__ __forceinline__ int num_states(OptimKind kind) { return optim_state_slots(kind); }
 
 // The CPU's state_key: stream `which` (0..2 state slots, 3 bf16 parameter writes) of this step.
 __device__ __forceinline__ std::uint64_t state_key(std::uint64_t seed, std::uint64_t rng_stream, std::uint64_t step,

@@ -21,16 +21,7 @@ OptimKind parse_optim(const std::string& name) {
   throw std::invalid_argument("unknown optimizer '" + name + "'");
 }
 
-int optim_num_states(OptimKind kind) {
-  switch (kind) {
-    case OptimKind::adam:
-    case OptimKind::adamw:
-    case OptimKind::lamb: return 2;
-    case OptimKind::ademamix:
-    case OptimKind::rmsprop: return 3;
-    default: return 1;
-  }
-}
+int optim_num_states(OptimKind kind) { return optim_state_slots(kind); }
 
 SlotScalars compute_scalars(OptimKind kind, const HyperParams& hp, std::int64_t step) {
   if (step < 1) throw std::invalid_argument("compute_scalars: step must be >= 1");

@@ -243,9 +243,7 @@ std::int64_t run_blocks(const StepConfig& cfg, const ParamSlot& slot, std::int64
                         OptimPhase phase, double* norms) {
   OptimScratch& s = optim_scratch();
   const int bs = slot.block_size;
-  constexpr int kStates = (K == OptimKind::adam || K == OptimKind::adamw || K == OptimKind::lamb)       ? 2
-                          : (K == OptimKind::ademamix || K == OptimKind::rmsprop) ? 3
-                                                                                   : 1;
+  constexpr int kStates = optim_state_slots(K);
   Levels levels[3];
   for (int k = 0; k < kStates; ++k)
     if (slot.state[k].data && slot.state[k].bits != 32) make_levels(cfg.codebooks[slot.state[k].codebook], levels[k]);

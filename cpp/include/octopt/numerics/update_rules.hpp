@@ -11,6 +11,14 @@ namespace octopt {
 
 enum class OptimKind : std::uint8_t { adam = 0, adamw, sgd, rmsprop, adagrad, lion, ademamix, lamb, lars };
 
+// State slots (s0, s1, s2) an optimizer may use; which of them a tensor really allocates depends on
+// hyper-parameters (e.g. SGD without momentum uses none).
+OCTOPT_HD constexpr int optim_state_slots(OptimKind kind) {
+  return (kind == OptimKind::adam || kind == OptimKind::adamw || kind == OptimKind::lamb)   ? 2
+         : (kind == OptimKind::ademamix || kind == OptimKind::rmsprop) ? 3
+                                                                         : 1;
+}
+
 OCTOPT_HD float rule_sqrt(float x) {
 #if defined(__CUDA_ARCH__)
   return __fsqrt_rn(x);
