@@ -217,3 +217,19 @@ def test_mismatched_file_never_modifies_the_optimizer(tmp_path, other):
     with pytest.raises(ValueError):
         opt.load(path)
     assert _everything(opt, params) == before
+
+
+@pytest.mark.parametrize("where", ["global_step", "tensor step"])
+def test_out_of_range_step_never_modifies_the_optimizer(where):
+    """A step count the native plan cannot hold (int64) is refused before anything is copied."""
+    src, _ = _trained(seed=1, steps=2)
+    sd = src.state_dict()
+    if where == "global_step":
+        sd["global_step"] = 2**64
+    else:
+        sd["state"][1]["step"] = 2**63
+    opt, params = _trained(seed=5)
+    before = _everything(opt, params)
+    with pytest.raises(ValueError, match="step count"):
+        opt.load_state_dict(sd)
+    assert _everything(opt, params) == before

@@ -112,6 +112,17 @@ bool byte_count(const std::vector<std::int64_t>& shape, std::size_t itemsize, st
   return true;
 }
 
+// Whether the extents other than 0, times itemsize, fit in int64. A tensor with a zero extent holds no
+// bytes whatever its other extents are, but array libraries refuse shapes whose extents multiply past
+// their index type (NumPy: "array is too big"), so such a file could be read but not returned.
+bool extents_fit(const std::vector<std::int64_t>& shape, std::size_t itemsize) {
+  std::uint64_t n = itemsize;
+  for (const std::int64_t d : shape) {
+    if (d < 0 || (d != 0 && __builtin_mul_overflow(n, std::uint64_t(d), &n))) return false;
+  }
+  return n <= std::uint64_t(std::numeric_limits<std::int64_t>::max());
+}
+
 bool host_is_little_endian() {
 #if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__)
   return __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
@@ -387,7 +398,7 @@ Entry parse_entry(const std::string& name, const Json& v, const std::string& pre
   if (e.end < e.begin)
     throw FormatError(where + "data_offsets " + offsets_str(e.begin, e.end) + " end before they begin");
   std::uint64_t nbytes = 0;
-  if (!byte_count(e.shape, itemsize, &nbytes))
+  if (!byte_count(e.shape, itemsize, &nbytes) || !extents_fit(e.shape, itemsize))
     throw FormatError(where + "shape " + shape_str(e.shape) + " of " + e.dtype +
                       " is too large (byte count overflows)");
   if (nbytes != e.end - e.begin)
@@ -588,7 +599,7 @@ void write_state_file(const std::string& path, const std::vector<TensorView>& te
         throw std::invalid_argument(where + "shape[" + std::to_string(k) + "] is " + std::to_string(t.shape[k]) +
                                     ", must be >= 0");
     std::uint64_t nbytes = 0;
-    if (!byte_count(t.shape, itemsize, &nbytes) || nbytes > std::uint64_t(std::numeric_limits<std::int64_t>::max()) ||
+    if (!byte_count(t.shape, itemsize, &nbytes) || !extents_fit(t.shape, itemsize) ||
         offset + nbytes < offset)
       throw std::invalid_argument(where + "shape " + shape_str(t.shape) + " is too large");
     if (nbytes > 0 && t.data == nullptr) throw std::invalid_argument(where + "data is null");
