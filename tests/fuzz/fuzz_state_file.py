@@ -58,6 +58,7 @@ class Target:
             folder = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
         self._dir = tempfile.TemporaryDirectory(prefix="octopt-fuzz-", dir=folder)
         self.path = os.path.join(self._dir.name, "input.octopt")
+        self._fd = None
         self.opt = make_optimizer()
         self.opt_before = _opt_state(self.opt)
         self.loaded = 0  # inputs that loaded (passed every check)
@@ -65,9 +66,21 @@ class Target:
     def close(self) -> None:
         self._dir.cleanup()
 
+    def unlinked(self) -> None:
+        """Reads the inputs through /proc/self/fd of a file already removed, so that nothing is left
+        behind by a process that ends without cleaning up (libFuzzer exits without running Python's
+        atexit handlers). Linux only."""
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.close()
+        self.path = f"/proc/self/fd/{self._fd}"
+
     def __call__(self, data: bytes) -> None:
-        with open(self.path, "wb") as f:
-            f.write(data)
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, data, 0)
+        else:
+            with open(self.path, "wb") as f:
+                f.write(data)
         error = None
         try:
             tensors, metadata = state_file.load(self.path)
@@ -334,6 +347,7 @@ def main(argv: list[str]) -> int:
     # without it every input looks alike and the corpus collapses to one.
     atheris.instrument_all()
     target = Target()
+    target.unlinked()
     corpus = load_corpus()
 
     def test_one_input(data: bytes) -> None:
