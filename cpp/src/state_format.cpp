@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "crc32c.hpp"
 #include "state_format.hpp"
@@ -79,6 +80,14 @@ bool byte_count(const std::vector<std::int64_t>& shape, std::size_t itemsize, st
   }
   *out = n;
   return true;
+}
+
+bool extents_fit(const std::vector<std::int64_t>& shape, std::size_t itemsize) {
+  std::uint64_t n = itemsize;
+  for (const std::int64_t d : shape) {
+    if (d < 0 || (d != 0 && __builtin_mul_overflow(n, std::uint64_t(d), &n))) return false;
+  }
+  return n <= std::uint64_t(std::numeric_limits<std::int64_t>::max());
 }
 
 void require_little_endian(const char* fn) {

@@ -50,6 +50,10 @@ const char* tensor_name_problem(const std::string& name);
 
 // product(shape) * itemsize, or false on overflow of 64 bits.
 bool byte_count(const std::vector<std::int64_t>& shape, std::size_t itemsize, std::uint64_t* out);
+// Whether the extents other than 0, times itemsize, fit in int64. A tensor with a zero extent holds no
+// bytes whatever its other extents are, but array libraries refuse shapes whose extents multiply past
+// their index type (NumPy: "array is too big"), so such a file could be read but not returned.
+bool extents_fit(const std::vector<std::int64_t>& shape, std::size_t itemsize);
 
 // Throws std::runtime_error on a big-endian host.
 void require_little_endian(const char* fn);

@@ -74,7 +74,7 @@ Entry parse_entry(const std::string& name, const Json& v, const std::string& pre
   if (e.end < e.begin)
     throw FormatError(where + "data_offsets " + offsets_str(e.begin, e.end) + " end before they begin");
   std::uint64_t nbytes = 0;
-  if (!byte_count(e.shape, itemsize, &nbytes))
+  if (!byte_count(e.shape, itemsize, &nbytes) || !extents_fit(e.shape, itemsize))
     throw FormatError(where + "shape " + shape_str(e.shape) + " of " + e.dtype +
                       " is too large (byte count overflows)");
   if (nbytes != e.end - e.begin)

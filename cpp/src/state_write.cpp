@@ -23,6 +23,7 @@ namespace octopt {
 namespace {
 
 using detail::byte_count;
+using detail::extents_fit;
 using detail::Entry;
 using detail::Fd;
 using detail::header_checksum;
@@ -175,7 +176,7 @@ void write_state_file(const std::string& path, const std::vector<TensorView>& te
         throw std::invalid_argument(where + "shape[" + std::to_string(k) + "] is " + std::to_string(t.shape[k]) +
                                     ", must be >= 0");
     std::uint64_t nbytes = 0;
-    if (!byte_count(t.shape, itemsize, &nbytes) || nbytes > std::uint64_t(std::numeric_limits<std::int64_t>::max()) ||
+    if (!byte_count(t.shape, itemsize, &nbytes) || !extents_fit(t.shape, itemsize) ||
         offset + nbytes < offset)
       throw std::invalid_argument(where + "shape " + shape_str(t.shape) + " is too large");
     if (nbytes > 0 && t.data == nullptr) throw std::invalid_argument(where + "data is null");

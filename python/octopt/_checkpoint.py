@@ -20,6 +20,10 @@ def check_state_dict(opt: Any, sd: Any, fn: str) -> list[tuple[Any, Any]]:
     if sd["optimizer"] != opt.kind:
         raise ValueError(f"{fn}: the state is for optimizer '{sd['optimizer']}' but this optimizer is '{opt.kind}'")
     state, groups = sd["state"], sd["param_groups"]
+    gstep = sd.get("global_step", 0)
+    # the native plan holds it as int64: checked here, before anything changes, not when it is set last
+    if isinstance(gstep, bool) or not isinstance(gstep, (int, np.integer)) or not 0 <= gstep < 2**63:
+        raise ValueError(f"{fn}: bad global step count {gstep!r}")
     if len(state) != len(opt._tensors):
         raise ValueError(f"{fn}: the state has {len(state)} tensors but this optimizer has {len(opt._tensors)} "
                          "parameters")
@@ -43,7 +47,7 @@ def check_state_dict(opt: Any, sd: Any, fn: str) -> list[tuple[Any, Any]]:
         if int(s.get("numel", -1)) != t.info.size:
             raise ValueError(f"{where} has {s.get('numel')} elements in the state but parameter {i} has {t.info.size}")
         step = s.get("step")
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or not 0 <= step < 2**63:
             raise ValueError(f"{where}: bad step count {step!r}")
         slots = s.get("slots", {})
         want = {sp.name: sp for sp in t.specs}
@@ -117,7 +121,7 @@ def _groups(opt: Any) -> list[dict]:
     return out
 
 
-def load(opt: Any, path: Any) -> None:
+def _load(opt: Any, path: Any) -> None:
     from . import state_file
 
     fn = "load"
@@ -157,3 +161,15 @@ def load(opt: Any, path: Any) -> None:
     sd = {"optimizer": metadata["octopt.optimizer"], "global_step": global_step, "param_groups": groups,
           "state": state}
     opt.load_state_dict(sd)
+
+
+def load(opt: Any, path: Any) -> None:
+    from . import state_file
+
+    # The metadata passed its checksum, but a file octopt did not write may still hold documents of the
+    # wrong shape; whatever that raises while being validated (nothing has changed yet) is a bad file.
+    try:
+        _load(opt, path)
+    except (TypeError, AttributeError, KeyError, IndexError) as e:
+        raise state_file.StateFileError(f"load: {os.fspath(path)} has malformed octopt metadata: "
+                                        f"{type(e).__name__}: {e}") from e

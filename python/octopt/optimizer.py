@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any, Iterable
 
 import numpy as np
@@ -62,6 +63,10 @@ class Optimizer:
             q = self._map(_layout.SlotSpec(0, "", signed, bits, 0))
             # unsigned (second-moment) states never round a positive value to zero: see docs/numerics.md
             self._plan.add_codebook(np.ascontiguousarray(q, dtype=np.float32), bits, not signed)
+        # Held for a whole step: the step counts are read before the native step and advanced after it,
+        # so a second thread getting in between would step with stale counts (the native guard alone
+        # covers only the state buffers).
+        self._step_lock = threading.Lock()
         self._skipped_blocks = 0  # CPU: blocks skipped over all steps because their gradient held NaN/Inf
         self._last_skipped_blocks = 0
         groups = _as_groups(params, fn)
@@ -202,7 +207,17 @@ class Optimizer:
         (with ``strict=True`` such a gradient raises ValueError and nothing changes).
         CUDA: enqueues the step on ``stream`` (None: the framework's current stream; an int
         handle or an object with ``__cuda_stream__``) and returns None without synchronizing;
-        ``skipped_blocks`` reads the count on request."""
+        ``skipped_blocks`` reads the count on request.
+
+        A second thread stepping the same optimizer meanwhile gets RuntimeError (its step does nothing)."""
+        if not self._step_lock.acquire(blocking=False):
+            raise RuntimeError("step: this optimizer is already being stepped by another thread")
+        try:
+            return self._step(grads, stream)
+        finally:
+            self._step_lock.release()
+
+    def _step(self, grads: Iterable, stream: Any) -> int | None:
         if _arrays.framework_of(grads) is not None:
             raise TypeError("step: argument 'grads' must be a sequence of arrays, one per parameter")
         grads = list(grads)
