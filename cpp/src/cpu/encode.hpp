@@ -281,6 +281,15 @@ inline void encode_block(const Codebook& cb, const Levels& L, const float* v, in
       }
     }
 #endif
+    // Scalar rest (the whole block on the baseline ISA): the sign rule is a no-op for this map,
+    // so the search alone decides; the zero floor is applied only where the map asks for it.
+    if (cb.nonzero_floor < 0) {
+      if (cb.size == 256) {
+        for (; i < len; ++i) codes[i] = std::uint8_t(search_code<256>(cb, v[i] / scale));
+      } else {
+        for (; i < len; ++i) codes[i] = std::uint8_t(search_code<16>(cb, v[i] / scale));
+      }
+    }
   }
   for (; i < len; ++i) codes[i] = std::uint8_t(nearest_code(cb, v[i] / scale));
 }

@@ -30,15 +30,21 @@ OCTOPT_HD int keep_sign(const Codebook& cb, float r, int c) {
   return c;
 }
 
-// Index of the nearest map value to r; ties go to the lower index. r is finite.
-// c counts the thresholds <= r, found by a branch-free binary search over size-1 thresholds.
-OCTOPT_HD int nearest_code(const Codebook& cb, float r) {
+// The number of thresholds <= r, by a branch-free binary search over size-1 thresholds: the
+// nearest code before the sign rule and the zero floor. SIZE: the map size when known at compile time.
+template <int SIZE = 0>
+OCTOPT_HD int search_code(const Codebook& cb, float r) {
+  const int size = SIZE ? SIZE : cb.size;
   int c = 0;
-  for (int step = cb.size >> 1; step > 0; step >>= 1) {
-    c = cb.thresholds[c + step - 1] <= r ? c + step : c;  // a select, not a branch: r is unpredictable
+  for (int step = size >> 1; step > 0; step >>= 1) {
+    // masks, not a branch: r is unpredictable, and unrolled code tempts compilers into jumps
+    c += step & -static_cast<int>(cb.thresholds[c + step - 1] <= r);
   }
-  return keep_sign(cb, r, c);
+  return c;
 }
+
+// Index of the nearest map value to r; ties go to the lower index. r is finite.
+OCTOPT_HD int nearest_code(const Codebook& cb, float r) { return keep_sign(cb, r, search_code(cb, r)); }
 
 // Stochastic rounding between the two neighbours that bracket r, rounding up with probability
 // proportional to the distance from the lower one (unbiased inside the map's range).
