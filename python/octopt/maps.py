@@ -45,6 +45,8 @@ def log2_map(bits: int = 4, step: float = 0.8) -> np.ndarray:
     default for 4-bit second moments: constant relative spacing keeps small v accurate, and it has no
     zero (docs/decisions.md)."""
     bits = _arrays.check_bits(bits, "log2_map")
+    if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0.0 < float(step) <= 8.0:
+        raise ValueError(f"log2_map: argument 'step' must be in (0, 8], got {step!r}")
     return _octopt.log2_map_nozero(bits, float(step))
 
 
