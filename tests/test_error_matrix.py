@@ -291,6 +291,8 @@ CASES: list[Case] = [
          lambda d: adam().step([np.zeros(2000, np.float32)[::2]])),
     Case("step-grad-is-param", "Optimizer.step", "aliasing of param and grad", ValueError, r"^step: argument 'grads\[0\]' is the parameter itself",
          lambda d: (lambda o: o.step(o.params))(adam())),
+    Case("step-grad-overlaps-param", "Optimizer.step", "aliasing of param and grad (partial)", ValueError, r"^step: argument 'grads\[0\]' overlaps its parameter's memory",
+         lambda d: (lambda buf: octopt.Adam([buf[:1000]]).step([buf[500:1500]]))(np.zeros(1500, np.float32))),
     Case("step-grad-nan-strict", "Optimizer.step", "NaN/Inf (strict=True)", ValueError, r"^step: 4 block\(s\) of the gradients hold NaN or Inf \(strict=True\); nothing was changed",
          lambda d: adam(strict=True).step([np.full(1000, np.nan, np.float32)])),
     Case("step-grad-not-array", "Optimizer.step", "wrong dtype (not an array)", TypeError, r"^step: argument 'grads\[0\]' must be an array .*got list",

@@ -116,8 +116,8 @@ class StepPlan {
         throw std::invalid_argument(std::string(fn) + ": argument '" + arg + "' has " + std::to_string(gr.size) +
                                     " elements but parameter " + std::to_string(i) + " has " + std::to_string(s.n));
       if (is_cuda(gr)) throw std::invalid_argument(std::string(fn) + ": argument '" + arg + "' is on a CUDA device but its parameter is on the CPU");
-      if (gr.data == s.param && s.n > 0)
-        throw std::invalid_argument(std::string(fn) + ": argument '" + arg + "' is the parameter itself (aliased memory)");
+      check_grad_alias(fn, arg, gr.data, std::size_t(gr.size) * octopt::dtype_size(gd), s.param,
+                       std::size_t(s.n) * octopt::dtype_size(s.param_dtype));
       const std::int64_t g_id = groups_[i];
       if (g_id < 0 || std::size_t(g_id) >= hparams.size()) throw std::invalid_argument("step: internal: bad group");
       s.grad = gr.data;
@@ -259,8 +259,8 @@ class StepPlan {
         throw std::invalid_argument(std::string(fn) + ": argument '" + arg + "' has " + std::to_string(gr.size) +
                                     " elements but parameter " + std::to_string(i) + " has " +
                                     std::to_string(slots_[i].n));
-      if (gr.data == slots_[i].param && slots_[i].n > 0)
-        throw std::invalid_argument(std::string(fn) + ": argument '" + arg + "' is the parameter itself (aliased memory)");
+      check_grad_alias(fn, arg, gr.data, std::size_t(gr.size) * octopt::dtype_size(gd), slots_[i].param,
+                       std::size_t(slots_[i].n) * octopt::dtype_size(slots_[i].param_dtype));
       a.ptrs[i] = gr.data;
       a.dtypes[i] = gd;
       hold.push_back(g);
