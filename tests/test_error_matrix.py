@@ -120,6 +120,21 @@ def readonly_dir(d: Path) -> Path:
     return sub / "out.safetensors"
 
 
+def disk_full(fn: Callable[[], Any], limit: int = 4096) -> Any:
+    """Runs fn with a 4 KiB file-size limit, which stands in for a full disk (root ignores quotas)."""
+    import resource
+    import signal
+
+    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        return fn()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old)
+
+
 def inspect_cli(path: Path) -> None:
     from octopt import cli
 
@@ -322,6 +337,8 @@ CASES: list[Case] = [
     # ---- optimizer save / load ---------------------------------------------------------------
     Case("save-dir-readonly", "Optimizer.save", "directory that cannot be written", PermissionError, r"write_state_file: cannot create a temporary file next to .*Permission denied",
          lambda d: adam().save(readonly_dir(d))),
+    Case("save-disk-full", "Optimizer.save", "no disk space (file-size limit)", OSError, r"write_state_file: cannot write '.*' \(temporary",
+         lambda d: disk_full(lambda: adam(np.zeros(100_000, np.float32)).save(d / "full.safetensors"))),
     Case("save-dir-missing", "Optimizer.save", "missing directory", FileNotFoundError, r"write_state_file: cannot create a temporary file next to .*No such file or directory",
          lambda d: adam().save(d / "nope" / "x.safetensors")),
     Case("load-missing", "Optimizer.load", "missing file", FileNotFoundError, r"read_state_file: cannot open .*missing\.safetensors.*No such file or directory",
