@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import pytest
 
 # Shapes used by most tests: one tensor past a block boundary (4097 = 16 blocks of 256 + 1) and a
 # 2-D one whose size (2145) is no multiple of any block size.
@@ -52,6 +53,14 @@ def blas_single_thread() -> Iterator[None]:
 def single_threaded_libraries() -> Iterator[None]:
     """torch and BLAS on one thread each, for a module's tests (octopt keeps its own pool)."""
     with torch_single_thread(), blas_single_thread():
+        yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_threaded_libraries() -> Iterator[None]:
+    """Imported by the optimizer test modules: BLAS and torch on one thread, so their spinning
+    worker threads do not starve octopt's pool on a 2-core machine."""
+    with single_threaded_libraries():
         yield
 
 

@@ -12,17 +12,11 @@ from optim_helpers import (
     assert_snapshots_equal,
     grad_sequence,
     make,
-    single_threaded_libraries,
+    _single_threaded_libraries,  # noqa: F401 - an autouse fixture
     snapshot,
     state_arrays,
     to_numpy,
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_libraries():
-    with single_threaded_libraries():
-        yield
 
 
 def _arrays(seed, shapes):

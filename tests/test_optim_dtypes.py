@@ -10,13 +10,8 @@ from __future__ import annotations
 import numpy as np
 import octopt
 import pytest
-from optim_helpers import grad_sequence, make, raw, single_threaded_libraries, to_numpy
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_libraries():
-    with single_threaded_libraries():
-        yield
+from optim_helpers import grad_sequence, make, raw, to_numpy
+from optim_helpers import _single_threaded_libraries  # noqa: F401 - an autouse fixture
 
 
 CASES = [

@@ -8,13 +8,8 @@ import math
 import numpy as np
 import octopt
 import pytest
-from optim_helpers import assert_snapshots_equal, single_threaded_libraries, snapshot
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_libraries():
-    with single_threaded_libraries():
-        yield
+from optim_helpers import assert_snapshots_equal, snapshot
+from optim_helpers import _single_threaded_libraries  # noqa: F401 - an autouse fixture
 
 
 def _p(n=4097):

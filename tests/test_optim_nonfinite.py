@@ -11,16 +11,10 @@ from optim_helpers import (
     assert_snapshots_equal,
     make,
     raw,
-    single_threaded_libraries,
+    _single_threaded_libraries,  # noqa: F401 - an autouse fixture
     snapshot,
     state_arrays,
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_libraries():
-    with single_threaded_libraries():
-        yield
 
 
 KW = {

@@ -11,16 +11,10 @@ from optim_helpers import (
     make,
     raw,
     run_quadratic,
-    single_threaded_libraries,
+    _single_threaded_libraries,  # noqa: F401 - an autouse fixture
     state_arrays,
     to_numpy,
 )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_libraries():
-    with single_threaded_libraries():
-        yield
 
 
 # ---------------------------------------------------------------------------------------------

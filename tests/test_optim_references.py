@@ -13,13 +13,8 @@ import math
 import numpy as np
 import octopt
 import pytest
-from optim_helpers import SHAPES, grad_sequence, make, single_threaded_libraries, to_numpy
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_libraries():
-    with single_threaded_libraries():
-        yield
+from optim_helpers import SHAPES, grad_sequence, make, to_numpy
+from optim_helpers import _single_threaded_libraries  # noqa: F401 - an autouse fixture
 
 
 STEPS = 120

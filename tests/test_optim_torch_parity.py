@@ -5,15 +5,10 @@ from __future__ import annotations
 import numpy as np
 import octopt
 import pytest
-from optim_helpers import SHAPES, grad_sequence, make, single_threaded_libraries, to_numpy
+from optim_helpers import SHAPES, grad_sequence, make, to_numpy
+from optim_helpers import _single_threaded_libraries  # noqa: F401 - an autouse fixture
 
 torch = pytest.importorskip("torch")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_libraries():
-    with single_threaded_libraries():
-        yield
 
 
 STEPS = 200
