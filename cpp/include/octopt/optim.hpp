@@ -88,10 +88,11 @@ std::int64_t count_nonfinite_blocks(const ParamSlot* slots, std::size_t n_slots)
 // The same step on a GPU, enqueued on the caller's stream. A DevicePlan holds a device-resident
 // table of the tensors (parameter and state pointers, dtypes, sizes, block sizes, codebooks), the
 // per-tensor and global step counters, the skipped-block counters and the LAMB/LARS scratch: all
-// device memory is allocated when the plan is built, never during a step. A step enqueues a tiny
-// "prepare" kernel (advances the device step counters and derives each tensor's scalars from them
-// with scalars_for_step) and one fused kernel over every block of every tensor (LAMB/LARS: a norms
-// pass, a per-tensor trust kernel, then the update). The gradients' addresses and the
+// device memory is allocated when the plan is built, never during a step. A step is one launch of
+// a fused kernel over every block of every tensor (LAMB/LARS: two, a norms pass whose last tile per
+// tensor computes the trust ratio, then the update). Each tile derives its tensor's scalars from
+// the device step count with scalars_for_step; the last tile of the step's final launch advances
+// the step counters and publishes the skipped-block count. The gradients' addresses and the
 // hyper-parameters are uploaded from pinned memory owned by the plan, only when they changed, so a
 // step is capturable in a CUDA graph (contract in docs/cuda.md). Without CUDA every entry throws
 // "octopt was built without CUDA".
