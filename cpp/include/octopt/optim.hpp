@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config.hpp"
@@ -140,6 +141,12 @@ std::int64_t skipped_blocks(DevicePlan& plan, bool last_step_only);
 void read_steps(DevicePlan& plan, std::int64_t* per_tensor, std::int64_t* global_step);
 void write_steps(DevicePlan& plan, const std::int64_t* per_tensor, std::int64_t global_step);
 std::vector<float> trust_ratios(DevicePlan& plan);
+
+// Test aid for the launch structure of a step: begin capturing `stream` into a CUDA graph
+// (thread-local mode); end that capture and return {kernel nodes, all nodes} of what it recorded.
+// The graph is destroyed without being run, so nothing on the device changes.
+void begin_capture(cudaStream_t stream);
+std::pair<int, int> end_capture_count_nodes(cudaStream_t stream);
 
 }  // namespace cuda
 
