@@ -13,6 +13,7 @@ import numpy as np
 import octopt
 import pytest
 from octopt import _octopt
+import test_cuda_optim as cuda_optim
 from test_cuda_optim import OPTIMIZERS, assert_same_bytes, bytes_of
 
 # Tensor 0 never has a gradient; tensor 2 gets a NaN (one skipped block) on the steps in NAN_STEPS.
@@ -53,14 +54,8 @@ def device_synchronize(case) -> None:
         case.module.cuda.Device().synchronize()
 
 
-def make_pair(case, name, bits=8):
-    rng = np.random.default_rng(3)
-    values = [rng.standard_normal(n).astype(np.float32) for n in SIZES]
-    twin = case.cpu_twin()
-    gpu = [case.make(v) for v in values]
-    cpu = [twin.make(case.to_numpy(x).astype(np.float32)) for x in gpu]
-    cls = getattr(octopt, name)
-    return twin, gpu, cpu, cls(gpu, bits=bits, **OPTIMIZERS[name]), cls(cpu, bits=bits, **OPTIMIZERS[name])
+def make_pair(case, name):
+    return cuda_optim.make_pair(case, name, 8, n_list=SIZES)
 
 
 def counters(opt) -> tuple:
