@@ -14,7 +14,8 @@ fi
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 python -c "import octopt; print('octopt', octopt.__version__ if hasattr(octopt, '__version__') else '', 'cuda_available', octopt.cuda_available())"
 echo "== GPU tests ($(date +%T), $(( $(date +%s) - T0 )) s)"
-timeout 120 python -m pytest -q -x -p no:cacheprovider tests/test_cuda_optim.py tests/test_cuda_blockwise.py 2>&1 | tail -25
+timeout 120 python -m pytest -q -x -p no:cacheprovider tests/test_cuda_optim.py tests/test_cuda_launches.py \
+  tests/test_cuda_blockwise.py 2>&1 | tail -25
 TEST_RC=${PIPESTATUS[0]}
 echo "== benchmark ($(date +%T), $(( $(date +%s) - T0 )) s)"
 timeout 75 python bench/gpu_step.py

@@ -225,7 +225,8 @@ DevicePlan::DevicePlan(const StepConfig& cfg, const ParamSlot* slots, std::size_
   const std::size_t dyn = sizeof(Codebook) * std::size_t(nstates) + sizeof(float) * std::size_t(max_block) * std::size_t(1 + n_stage);
   I.args_bytes = detail::args_bytes(I.n, n_groups);
 
-  // One allocation: tensors | tile offsets | codebooks | args | steps | counters | scalars | partials.
+  // One allocation: tensors | tile offsets | codebooks | args | steps | counters | trust |
+  // tile counters | partials. Zeroed once: every counter is zero between steps.
   std::size_t off = 0;
   auto take = [&](std::size_t bytes) {
     const std::size_t at = off;
@@ -238,7 +239,8 @@ DevicePlan::DevicePlan(const StepConfig& cfg, const ParamSlot* slots, std::size_
   const std::size_t o_args = take(I.args_bytes);
   const std::size_t o_steps = take(sizeof(std::int64_t) * n_slots);
   const std::size_t o_counters = take(sizeof(detail::DevCounters));
-  const std::size_t o_scalars = take(sizeof(SlotScalars) * n_slots);
+  const std::size_t o_trust = take(sizeof(float) * n_slots);
+  const std::size_t o_tile_counters = take(norms ? sizeof(unsigned int) * n_slots : 0);
   const std::size_t o_block_partials = take(norms ? sizeof(double) * 2 * std::size_t(blocks) : 0);
   const std::size_t o_chunk_partials = take(norms ? sizeof(double) * 2 * std::size_t(chunks) : 0);
   const std::size_t total = off;
@@ -272,7 +274,9 @@ DevicePlan::DevicePlan(const StepConfig& cfg, const ParamSlot* slots, std::size_
   tb.args = base + o_args;
   tb.steps = reinterpret_cast<std::int64_t*>(base + o_steps);
   tb.counters = reinterpret_cast<detail::DevCounters*>(base + o_counters);
-  tb.scalars = reinterpret_cast<SlotScalars*>(base + o_scalars);
+  tb.n_tiles = I.tiles;
+  tb.trust = reinterpret_cast<float*>(base + o_trust);
+  tb.tile_counters = norms ? reinterpret_cast<unsigned int*>(base + o_tile_counters) : nullptr;
   tb.block_partials = norms ? reinterpret_cast<double*>(base + o_block_partials) : nullptr;
   tb.chunk_partials = norms ? reinterpret_cast<double*>(base + o_chunk_partials) : nullptr;
   I.dev_args = base + o_args;
@@ -313,13 +317,14 @@ void step(DevicePlan& plan, const StepArgs& args, cudaStream_t stream) {
     if (changed) I.upload_blob(blob, stream);
   }
   const detail::Tables& tb = I.tables;
-  detail::launch_prepare(tb, stream);
+  // One launch (LAMB/LARS: two, because every tile of the update needs its tensor's trust ratio,
+  // which needs all of that tensor's norms). The last tile of the final launch advances the step
+  // counters, so nothing else is enqueued.
   if (I.kind == OptimKind::lamb || I.kind == OptimKind::lars) {
-    detail::launch_step(tb, detail::kPhaseNorms, I.tiles, I.smem, stream);
-    detail::launch_trust(tb, stream);
-    detail::launch_step(tb, detail::kPhaseApply, I.tiles, I.smem, stream);
+    detail::launch_step(tb, detail::kPhaseNorms, I.smem, stream);
+    detail::launch_step(tb, detail::kPhaseApply, I.smem, stream);
   } else {
-    detail::launch_step(tb, detail::kPhaseSingle, I.tiles, I.smem, stream);
+    detail::launch_step(tb, detail::kPhaseSingle, I.smem, stream);
   }
   if (!capturing) {
     check(cudaEventRecord(I.done, stream), "step: cudaEventRecord");
@@ -369,12 +374,10 @@ std::vector<float> trust_ratios(DevicePlan& plan) {
   DevicePlan::Impl& I = plan.impl();
   DeviceGuard guard(I.device);
   check(cudaDeviceSynchronize(), "trust_ratios: cudaDeviceSynchronize");
-  std::vector<SlotScalars> s(std::size_t(I.n));
+  std::vector<float> out(std::size_t(I.n));
   if (I.n > 0)
-    check(cudaMemcpy(s.data(), I.tables.scalars, sizeof(SlotScalars) * s.size(), cudaMemcpyDeviceToHost),
+    check(cudaMemcpy(out.data(), I.tables.trust, sizeof(float) * out.size(), cudaMemcpyDeviceToHost),
           "trust_ratios: cudaMemcpy");
-  std::vector<float> out;
-  for (const auto& x : s) out.push_back(x.trust);
   return out;
 }
 

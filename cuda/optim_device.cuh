@@ -58,12 +58,17 @@ struct DevGrad {
 };
 static_assert(sizeof(DevGrad) == 16, "DevGrad layout");
 
+// Between steps every "in this step" field is zero: the last tile of a step's final launch moves
+// skipped_step into the totals and resets it and tiles_done, so a replayed graph starts clean.
 struct DevCounters {
-  unsigned long long global_step;    // steps enqueued so far (keys stochastic rounding)
+  unsigned long long global_step;    // steps taken so far (keys stochastic rounding)
   unsigned long long skipped_total;  // blocks skipped for a non-finite gradient, all steps
   unsigned long long skipped_last;   // the same, last step only
-  unsigned long long pad;
+  unsigned long long skipped_step;   // the same, accumulated during the step in flight
+  unsigned int tiles_done;           // tiles of the step's final launch that have finished
+  unsigned int pad[3];
 };
+static_assert(sizeof(DevCounters) == 48, "DevCounters layout");
 
 enum Phase : int { kPhaseSingle = 0, kPhaseNorms = 1, kPhaseApply = 2 };
 
@@ -75,13 +80,15 @@ struct Tables {
   std::int32_t n_stage;    // float arrays of max_block elements staged per state (>= states used)
   std::int32_t n_codebooks_smem;  // codebook slots in shared memory (= states of the optimizer)
   std::int32_t max_block;  // largest block size of the plan
+  std::int64_t n_tiles;    // tiles of all tensors (= tile_offsets[n_tensors])
   const DevTensor* tensors;
   const std::int64_t* tile_offsets;  // n_tensors + 1 prefix sums of tiles
   const Codebook* codebooks;
   const unsigned char* args;  // the uploaded blob
   std::int64_t* steps;        // per tensor: steps taken
   DevCounters* counters;
-  SlotScalars* scalars;       // per tensor, written by the prepare kernel (and trust by LAMB/LARS)
+  float* trust;               // per tensor: trust ratio of its last step (1 for optimizers without one)
+  unsigned int* tile_counters;  // LAMB/LARS: per tensor, tiles of the norms pass finished; 0 between launches
   double* block_partials;     // LAMB/LARS: 2 per block
   double* chunk_partials;     // LAMB/LARS: 2 per chunk
 };

@@ -11,6 +11,7 @@
 #include "octopt/numerics/rng.hpp"
 #include "octopt/numerics/update_rules.hpp"
 #include "optim_kernels.cuh"
+#include "step_finish.cuh"
 
 namespace octopt::cuda::detail {
 namespace {
@@ -91,9 +92,20 @@ struct SharedScalars {
   float scale[3];
 };
 
+// The scalars of tensor `ti` for the step in flight: its step count is advanced only when the
+// whole step is done (finish_step), so every tile of every launch of the step derives the same
+// scalars from steps[ti] + 1, with the host's double-precision code.
+__device__ SlotScalars tile_scalars(const Tables& tb, const DevTensor& t, int ti, int phase) {
+  const HyperParams* hp = args_hparams(tb.args, tb.n_tensors);
+  SlotScalars s = scalars_for_step(tb.kind, hp[t.group], tb.steps[ti] + 1);
+  if (phase == kPhaseApply) s.trust = tb.trust[ti];  // from the norms pass
+  return s;
+}
+
+// `hs`: shared memory for the tile's scalars (step_kernel's, also read by finish_norms).
 template <DType P, DType G>
 __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const DevGrad& grad, std::int64_t tile,
-                         int phase, unsigned char* smem) {
+                         int phase, unsigned char* smem, SlotScalars& hs) {
   using ReduceU = cub::BlockReduce<unsigned, T>;
   using ReduceU3 = cub::BlockReduce<U3, T>;
   __shared__ union {
@@ -108,6 +120,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
   float* sg = reinterpret_cast<float*>(smem + sizeof(Codebook) * std::size_t(tb.n_codebooks_smem));
   float* stage = sg + tb.max_block;  // tb.n_stage arrays of max_block floats
 
+  if (threadIdx.x == 0) hs = tile_scalars(tb, t, ti, phase);  // while the other threads load codebooks
   // Codebooks of the quantized states, once per tile.
   #pragma unroll
   for (int k = 0; k < 3; ++k) if (k < nstates) {
@@ -117,11 +130,11 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
     int* dst = reinterpret_cast<int*>(cbs + k);
     for (int i = threadIdx.x; i < int(sizeof(Codebook) / sizeof(int)); i += T) dst[i] = src[i];
   }
-  __syncthreads();
+  __syncthreads();  // codebooks and scalars ready
 
   const DevHeader hdr = *args_header(tb.args);
-  const std::uint64_t gstep = tb.counters->global_step;
-  const SlotScalars h = tb.scalars[ti];
+  const std::uint64_t gstep = tb.counters->global_step + 1;  // this step's number (advanced by finish_step)
+  const SlotScalars h = hs;
   const bool stochastic = hdr.stochastic_state != 0;
   const bool clip = hdr.percentile > 0.0f && hdr.percentile < 100.0f;
   const int bs = t.block_size;
@@ -151,8 +164,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
           tb.block_partials[2 * (t.block_begin + b)] = 0.0;
           tb.block_partials[2 * (t.block_begin + b) + 1] = 0.0;
         } else {
-          atomicAdd(&tb.counters->skipped_total, 1ull);
-          atomicAdd(&tb.counters->skipped_last, 1ull);
+          atomicAdd(&tb.counters->skipped_step, 1ull);
         }
       }
       __syncthreads();
@@ -283,82 +295,46 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
   }
 }
 
+// One launch steps every tile of every tensor (LAMB/LARS: the norms pass, then the apply pass).
+// Tiles of tensors without a gradient only count their arrival; with no tile at all the grid is
+// one block that does only the step's bookkeeping.
 __global__ void __launch_bounds__(T) step_kernel(Tables tb, int phase) {
   extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ SlotScalars scalars;
   const std::int64_t tile = blockIdx.x;
-  // The tensor owning this tile: the last index whose prefix is <= tile (empty tensors have
-  // equal prefixes and are passed over).
-  int lo = 0, hi = tb.n_tensors;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (tb.tile_offsets[mid] <= tile) lo = mid;
-    else hi = mid;
-  }
-  const DevGrad grad = args_grads(tb.args)[lo];
-  if (!grad.ptr) return;  // not stepped this time (uniform over the block)
-  const DevTensor t = tb.tensors[lo];
-  const std::int64_t local = tile - tb.tile_offsets[lo];
-  const bool g32 = DType(grad.dtype) == DType::f32;
-  switch (DType(t.param_dtype)) {
-    case DType::f32: return run_tile<DType::f32, DType::f32>(tb, t, lo, grad, local, phase, smem);
-    case DType::f16:
-      if (g32) return run_tile<DType::f16, DType::f32>(tb, t, lo, grad, local, phase, smem);
-      return run_tile<DType::f16, DType::f16>(tb, t, lo, grad, local, phase, smem);
-    case DType::bf16:
-      if (g32) return run_tile<DType::bf16, DType::f32>(tb, t, lo, grad, local, phase, smem);
-      return run_tile<DType::bf16, DType::bf16>(tb, t, lo, grad, local, phase, smem);
-  }
-}
-
-// Advances the device step counters and derives each stepped tensor's scalars from its count, so
-// that a replayed graph uses the right bias corrections without the host.
-__global__ void prepare_kernel(Tables tb) {
-  const int i = int(blockIdx.x) * blockDim.x + int(threadIdx.x);
-  if (i == 0) {
-    tb.counters->global_step += 1;
-    tb.counters->skipped_last = 0;
-  }
-  if (i >= tb.n_tensors) return;
-  if (!args_grads(tb.args)[i].ptr) return;
-  const std::int64_t s = ++tb.steps[i];
-  const HyperParams* hp = args_hparams(tb.args, tb.n_tensors);
-  tb.scalars[i] = scalars_for_step(tb.kind, hp[tb.tensors[i].group], s);
-}
-
-// LAMB/LARS trust ratio of one tensor per thread block: chunk sums in parallel (each a
-// sequential sum of its blocks), then the chunks in order, exactly as the CPU adds them.
-__global__ void __launch_bounds__(T) trust_kernel(Tables tb) {
-  const int ti = int(blockIdx.x);
-  if (!args_grads(tb.args)[ti].ptr) return;
-  const DevTensor& t = tb.tensors[ti];
-  const std::int64_t nb = (t.n + t.block_size - 1) / t.block_size;
-  for (std::int64_t c = threadIdx.x; c < t.n_chunks; c += T) {
-    const std::int64_t c0 = c * t.blocks_per_chunk;
-    const std::int64_t c1 = min(c0 + std::int64_t(t.blocks_per_chunk), nb);
-    double a = 0.0, x = 0.0;
-    for (std::int64_t b = c0; b < c1; ++b) {
-      a += tb.block_partials[2 * (t.block_begin + b)];
-      x += tb.block_partials[2 * (t.block_begin + b) + 1];
+  int ti = -1;  // the tensor owning this tile
+  if (tile < tb.n_tiles) {
+    // The last index whose prefix is <= tile (empty tensors have equal prefixes and are passed over).
+    int lo = 0, hi = tb.n_tensors;
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (tb.tile_offsets[mid] <= tile) lo = mid;
+      else hi = mid;
     }
-    tb.chunk_partials[2 * (t.chunk_begin + c)] = a;
-    tb.chunk_partials[2 * (t.chunk_begin + c) + 1] = x;
+    ti = lo;
   }
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  double pp = 0.0, xx = 0.0;
-  for (std::int64_t c = 0; c < t.n_chunks; ++c) {
-    pp += tb.chunk_partials[2 * (t.chunk_begin + c)];
-    xx += tb.chunk_partials[2 * (t.chunk_begin + c) + 1];
+  const DevGrad grad = ti >= 0 ? args_grads(tb.args)[ti] : DevGrad{nullptr, 0, 0};
+  if (grad.ptr) {  // uniform over the block
+    const DevTensor t = tb.tensors[ti];
+    const std::int64_t local = tile - tb.tile_offsets[ti];
+    const bool g32 = DType(grad.dtype) == DType::f32;
+    switch (DType(t.param_dtype)) {
+      case DType::f32: run_tile<DType::f32, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars); break;
+      case DType::f16:
+        if (g32) run_tile<DType::f16, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars);
+        else run_tile<DType::f16, DType::f16>(tb, t, ti, grad, local, phase, smem, scalars);
+        break;
+      case DType::bf16:
+        if (g32) run_tile<DType::bf16, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars);
+        else run_tile<DType::bf16, DType::bf16>(tb, t, ti, grad, local, phase, smem, scalars);
+        break;
+    }
+    if (phase == kPhaseNorms) {
+      const unsigned int tiles = unsigned(tb.tile_offsets[ti + 1] - tb.tile_offsets[ti]);
+      if (arrive_last(&tb.tile_counters[ti], tiles)) finish_norms(tb, ti, scalars);
+    }
   }
-  const double pn = sqrt(pp), xn = sqrt(xx);
-  SlotScalars& h = tb.scalars[ti];
-  double trust = 1.0;
-  if (tb.kind == OptimKind::lamb) {
-    if (pn > 0.0 && xn > 0.0) trust = pn / xn;
-  } else if (pn > 0.0 && xn > 0.0) {
-    trust = double(h.eta) * pn / (xn + double(h.weight_decay) * pn);
-  }
-  h.trust = float(trust);
+  if (phase != kPhaseNorms && arrive_last(&tb.counters->tiles_done, gridDim.x)) finish_step(tb);
 }
 
 }  // namespace
@@ -374,22 +350,13 @@ void set_step_kernel_smem(std::size_t dynamic_bytes) {
         "cudaFuncSetAttribute(step_kernel, MaxDynamicSharedMemorySize)");
 }
 
-void launch_prepare(const Tables& tb, cudaStream_t stream) {
-  const unsigned grid = unsigned((tb.n_tensors + T - 1) / T);
-  prepare_kernel<<<grid > 0 ? grid : 1, T, 0, stream>>>(tb);
-  check_launch("step: prepare kernel (CUDA)");
-}
-
-void launch_step(const Tables& tb, int phase, std::int64_t tiles, std::size_t smem, cudaStream_t stream) {
-  if (tiles == 0) return;
-  step_kernel<<<unsigned(tiles), T, smem, stream>>>(tb, phase);
+void launch_step(const Tables& tb, int phase, std::size_t smem, cudaStream_t stream) {
+  // The step's final launch always runs (its last tile advances the counters); the norms pass
+  // only when there is a tile.
+  const std::int64_t grid = phase == kPhaseNorms ? tb.n_tiles : (tb.n_tiles > 0 ? tb.n_tiles : 1);
+  if (grid == 0) return;
+  step_kernel<<<unsigned(grid), T, smem, stream>>>(tb, phase);
   check_launch("step: fused step kernel (CUDA)");
-}
-
-void launch_trust(const Tables& tb, cudaStream_t stream) {
-  if (tb.n_tensors == 0) return;
-  trust_kernel<<<unsigned(tb.n_tensors), T, 0, stream>>>(tb);
-  check_launch("step: trust-ratio kernel (CUDA)");
 }
 
 }  // namespace octopt::cuda::detail

@@ -11,8 +11,7 @@ namespace octopt::cuda::detail {
 
 std::size_t step_kernel_static_smem();
 void set_step_kernel_smem(std::size_t dynamic_bytes);
-void launch_prepare(const Tables& tb, cudaStream_t stream);
-void launch_step(const Tables& tb, int phase, std::int64_t tiles, std::size_t smem, cudaStream_t stream);
-void launch_trust(const Tables& tb, cudaStream_t stream);
+// One launch over every tile of the plan (phase: kPhaseSingle, or kPhaseNorms then kPhaseApply).
+void launch_step(const Tables& tb, int phase, std::size_t smem, cudaStream_t stream);
 
 }  // namespace octopt::cuda::detail

@@ -1,6 +1,7 @@
 // Binding of the fused optimizer step: a StepPlan holds raw views of the parameters and their
 // state (keeping the Python objects alive); each step only hands over the gradients.
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -347,6 +348,12 @@ void export_optim(nb::module_& m) {
       .def_rw("t_beta3", &octopt::HyperParams::t_beta3)
       .def_rw("bias_correction", &octopt::HyperParams::bias_correction)
       .def_rw("maximize", &octopt::HyperParams::maximize);
+  // Test aids (tests/test_cuda_launches.py): count what a step records into a CUDA graph.
+  m.def("_cuda_begin_capture", [](std::uintptr_t stream) { octopt::cuda::begin_capture(as_stream(stream)); },
+        nb::arg("stream"));
+  m.def("_cuda_end_capture_count_nodes",
+        [](std::uintptr_t stream) { return octopt::cuda::end_capture_count_nodes(as_stream(stream)); },
+        nb::arg("stream"));
   m.def("optim_num_states", [](const std::string& k) { return octopt::optim_num_states(octopt::parse_optim(k)); });
   nb::class_<StepPlan>(m, "StepPlan")
       .def(nb::init<const std::string&, std::uint64_t>(), nb::arg("kind"), nb::arg("seed"))

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config.hpp"
@@ -88,10 +89,11 @@ std::int64_t count_nonfinite_blocks(const ParamSlot* slots, std::size_t n_slots)
 // The same step on a GPU, enqueued on the caller's stream. A DevicePlan holds a device-resident
 // table of the tensors (parameter and state pointers, dtypes, sizes, block sizes, codebooks), the
 // per-tensor and global step counters, the skipped-block counters and the LAMB/LARS scratch: all
-// device memory is allocated when the plan is built, never during a step. A step enqueues a tiny
-// "prepare" kernel (advances the device step counters and derives each tensor's scalars from them
-// with scalars_for_step) and one fused kernel over every block of every tensor (LAMB/LARS: a norms
-// pass, a per-tensor trust kernel, then the update). The gradients' addresses and the
+// device memory is allocated when the plan is built, never during a step. A step is one launch of
+// a fused kernel over every block of every tensor (LAMB/LARS: two, a norms pass whose last tile per
+// tensor computes the trust ratio, then the update). Each tile derives its tensor's scalars from
+// the device step count with scalars_for_step; the last tile of the step's final launch advances
+// the step counters and publishes the skipped-block count. The gradients' addresses and the
 // hyper-parameters are uploaded from pinned memory owned by the plan, only when they changed, so a
 // step is capturable in a CUDA graph (contract in docs/cuda.md). Without CUDA every entry throws
 // "octopt was built without CUDA".
@@ -139,6 +141,12 @@ std::int64_t skipped_blocks(DevicePlan& plan, bool last_step_only);
 void read_steps(DevicePlan& plan, std::int64_t* per_tensor, std::int64_t* global_step);
 void write_steps(DevicePlan& plan, const std::int64_t* per_tensor, std::int64_t global_step);
 std::vector<float> trust_ratios(DevicePlan& plan);
+
+// Test aid for the launch structure of a step: begin capturing `stream` into a CUDA graph
+// (thread-local mode); end that capture and return {kernel nodes, all nodes} of what it recorded.
+// The graph is destroyed without being run, so nothing on the device changes.
+void begin_capture(cudaStream_t stream);
+std::pair<int, int> end_capture_count_nodes(cudaStream_t stream);
 
 }  // namespace cuda
 
