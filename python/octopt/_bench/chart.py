@@ -17,7 +17,7 @@ def plot_step(rows: list[Row], floor_gbps: float, memory: list[dict], path: str,
         return None
     cases = list(dict.fromkeys(r.case for r in rows))
     impls = list(dict.fromkeys(r.impl for r in rows))
-    fig, axes = plt.subplots(1, 2 if memory else 1, figsize=(15 if memory else 11, 6), dpi=110,
+    fig, axes = plt.subplots(1, 2 if memory else 1, figsize=(15 if memory else 11, 7), dpi=110,
                              gridspec_kw={"width_ratios": (3, 1)} if memory else None, squeeze=False)
     ax = axes[0][0]
     width = 0.85 / len(impls)
@@ -34,7 +34,7 @@ def plot_step(rows: list[Row], floor_gbps: float, memory: list[dict], path: str,
                     label="bandwidth floor" if (i, j) == (0, 0) else None)
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
-    ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="upper left", ncol=2)
+    ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=4)
     ax.set_yscale("log")
     ax.set_xticks(range(len(cases)), cases)
     ax.set_xlabel("case: parameters (xK = split into K tensors)")
