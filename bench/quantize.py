@@ -1,15 +1,15 @@
 """Block-wise quantize / dequantize throughput: octopt vs bitsandbytes' CPU path vs a NumPy copy.
 
-    python bench/quantize.py [--size 2**24] [--block-size 256] [--threads 2] [--repeats 20] [--json PATH]
+    python bench/quantize.py [--size 2**24] [--block-size 256] [--threads 2] [--repeats 20] [--out DIR]
 
 Everything is measured in one process and one run, the implementations interleaved round by round so
-that background load hits them alike. See bench/README.md for what each column means.
+that background load hits them alike. quantize.json and quantize.png go to bench/results/<timestamp>/
+(or --out). See bench/README.md for what each column means.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import platform
@@ -20,6 +20,8 @@ from typing import Callable
 
 import numpy as np
 import octopt
+from octopt._bench import bandwidth
+from octopt._bench.results import pyplot, results_dir, save_json
 
 GB = 1e9
 
@@ -46,7 +48,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "do not steal a core from the next call")
     p.add_argument("--sample", type=parse_size, default=2**18, help="elements checked for exactness")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--stream-size", type=parse_size, default=bandwidth.N,
+                   help="float32 elements per array of the STREAM copy/triad that sets the floor "
+                        "(default 2**26)")
+    p.add_argument("--out", metavar="DIR", help="results folder (default bench/results/<timestamp>/)")
+    p.add_argument("--json", metavar="PATH", help="also write the JSON to this path")
+    p.add_argument("--no-chart", action="store_true", help="no PNG (matplotlib not needed)")
     return p.parse_args(argv)
 
 
@@ -116,8 +123,10 @@ def summary(c: Case) -> dict:
             "gb_per_s": c.bytes_moved / (med * 1e-3) / GB, "times_ms": [float(v) for v in t]}
 
 
-def add_ratios(rows: list[dict]) -> None:
-    """vs_bnb: bitsandbytes' median time / this row's; of_copy: this row's GB/s / the copy's, per op."""
+def add_ratios(rows: list[dict], floor_gbps: float) -> None:
+    """vs_bnb: bitsandbytes' median time / this row's; of_copy: this row's GB/s / the same-size copy's, per
+    op; of_floor: this row's GB/s / the best STREAM figure, i.e. the floor time (bytes moved / STREAM GB/s)
+    over the median time, the same definition as bench/step.py's."""
     for op in ("quantize", "dequantize"):
         mine = [r for r in rows if r["op"] == op]
         bnb = next((r for r in mine if r["impl"].startswith("bitsandbytes")), None)
@@ -126,6 +135,7 @@ def add_ratios(rows: list[dict]) -> None:
             is_octopt = r["impl"].startswith("octopt")
             r["vs_bnb"] = bnb["median_ms"] / r["median_ms"] if bnb and is_octopt else None
             r["of_copy"] = r["gb_per_s"] / copy["gb_per_s"] if copy and r is not copy else None
+            r["of_floor"] = r["gb_per_s"] / floor_gbps
 
 
 def reference_codes(x: np.ndarray, qmap: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -176,7 +186,7 @@ def fmt(v: float | None, spec: str) -> str:
 
 def print_table(rows: list[dict]) -> None:
     head = (f"{'op':<11}{'implementation':<27}{'n':>4}{'median ms':>11}{'min-max ms':>16}{'IQR ms':>8}"
-            f"{'GB/s':>7}{'vs bnb':>8}{'of copy':>9}")
+            f"{'GB/s':>7}{'vs bnb':>8}{'of copy':>9}{'of floor':>10}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -184,7 +194,7 @@ def print_table(rows: list[dict]) -> None:
         speedup = "-" if r["vs_bnb"] is None else f"{r['vs_bnb']:.2f}x"
         iqr = r["q3_ms"] - r["q1_ms"]
         print(f"{r['op']:<11}{r['impl']:<27}{r['repeats']:>4}{r['median_ms']:>11.2f}{spread:>16}{iqr:>8.2f}"
-              f"{r['gb_per_s']:>7.1f}{speedup:>8}{fmt(r['of_copy'], '.0%'):>9}")
+              f"{r['gb_per_s']:>7.1f}{speedup:>8}{fmt(r['of_copy'], '.0%'):>9}{r['of_floor']:>10.0%}")
 
 
 def print_exactness(checks: list[dict]) -> None:
@@ -265,10 +275,17 @@ def main(argv: list[str] | None = None) -> int:
         cases.insert(6, Case("dequantize", "bitsandbytes (allocating)",
                              lambda: bnbf.dequantize_blockwise(bnb_codes, bnb_state), dq_bytes))
 
+    streams = [bandwidth.measure(k, t, 5, args.stream_size) for k in ("copy", "triad")
+               for t in sorted({1, args.threads})]
+    floor_gbps = max(r.gbps for r in streams)
+    for r in streams:
+        print(f"STREAM {r.kernel:<5} {r.n:,} float32 on {r.threads} thread(s): {r.gbps:.1f} GB/s")
+    print(f"bandwidth floor: 5 bytes/element (+ 4 per block of absmax) / {floor_gbps:.1f} GB/s, the best "
+          "STREAM figure; 'of floor' = floor time / median time")
     t0 = time.perf_counter()
     run_cases(cases, args.repeats, args.budget_s, args.pause_ms * 1e-3)
     rows = [summary(c) for c in cases]
-    add_ratios(rows)
+    add_ratios(rows, floor_gbps)
     print(f"(timed in {time.perf_counter() - t0:.1f} s; GB = 1e9 bytes; spread: min-max and interquartile "
           "range)\n")
     print_table(rows)
@@ -289,23 +306,57 @@ def main(argv: list[str] | None = None) -> int:
     if same_map is not None:
         print(f"octopt.dynamic_map() is bit-identical to bitsandbytes' default map: {same_map}")
 
-    if args.json:
-        result = {
-            "config": {"size": n, "block_size": bs, "threads": args.threads, "repeats": args.repeats,
-                       "budget_s": args.budget_s, "pause_ms": args.pause_ms, "seed": args.seed},
-            "versions": {"octopt": octopt.__version__, "numpy": np.__version__, "python": sys.version,
-                         "bitsandbytes": bnb_version if torch else None,
-                         "torch": torch.__version__ if torch else None},
-            "octopt_path": os.path.dirname(octopt.__file__),
-            "octopt_info": info,
-            "rows": rows,
-            "exactness": checks,
-            "same_dynamic_map": same_map,
-        }
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-        print(f"wrote {args.json}")
+    result = {
+        "config": {"size": n, "block_size": bs, "threads": args.threads, "repeats": args.repeats,
+                   "budget_s": args.budget_s, "pause_ms": args.pause_ms, "seed": args.seed},
+        "versions": {"octopt": octopt.__version__, "numpy": np.__version__, "python": sys.version,
+                     "bitsandbytes": bnb_version if torch else None,
+                     "torch": torch.__version__ if torch else None},
+        "octopt_path": os.path.dirname(octopt.__file__),
+        "octopt_info": info,
+        "load_avg": os.getloadavg(),
+        "stream": [{"kernel": r.kernel, "threads": r.threads, "n": r.n, "times_s": r.times_s, "gbps": r.gbps}
+                   for r in streams],
+        "floor_gbps": floor_gbps,
+        "rows": rows,
+        "exactness": checks,
+        "same_dynamic_map": same_map,
+    }
+    out = results_dir(args.out, os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    for path in filter(None, (os.path.join(out, "quantize.json"), args.json)):
+        print(f"wrote {save_json(path, result)}")
+    if not args.no_chart:
+        png = plot(rows, floor_gbps, os.path.join(out, "quantize.png"), f"{n:,} float32, block size {bs}, "
+                   f"{args.threads} thread(s), load avg {os.getloadavg()[0]:.1f}")
+        if png:
+            print(f"wrote {png}")
     return 0
+
+
+def plot(rows: list[dict], floor_gbps: float, path: str, title: str) -> str | None:
+    """GB/s of every row (median, with its min-max time as error bar), quantize and dequantize side by side,
+    the bandwidth floor as a horizontal line."""
+    plt = pyplot()
+    if plt is None:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), dpi=110, sharey=True)
+    for ax, op in zip(axes, ("quantize", "dequantize")):
+        mine = [r for r in rows if r["op"] == op]
+        gbps = [r["gb_per_s"] for r in mine]
+        lo = [g - r["bytes_moved"] / (r["max_ms"] * 1e6) for g, r in zip(gbps, mine)]
+        hi = [r["bytes_moved"] / (r["min_ms"] * 1e6) - g for g, r in zip(gbps, mine)]
+        ax.bar(range(len(mine)), gbps, yerr=[lo, hi], capsize=3, color="tab:blue")
+        ax.axhline(floor_gbps, color="black", linewidth=1.5, label=f"bandwidth floor ({floor_gbps:.1f} GB/s)")
+        ax.set_xticks(range(len(mine)), [r["impl"] for r in mine], rotation=20, ha="right", fontsize=8)
+        ax.set_title(op)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].set_ylabel("GB/s (bytes moved / median time; higher is better)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"octopt block-wise {title}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 if __name__ == "__main__":

@@ -39,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_arguments(demo_parser)
     demo_parser.set_defaults(func=demo.run)
     _inspect_cmd.register(sub)
+    from ._bench import step_cmd
+
+    bench_help = "benchmark one CPU optimizer step against torch/bitsandbytes/torchao/optax, plus peak memory"
+    bench_parser = sub.add_parser("bench", help=bench_help, description=step_cmd.__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    step_cmd.add_arguments(bench_parser)
     args = parser.parse_args(argv)
     return args.func(args)
 
