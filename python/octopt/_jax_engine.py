@@ -59,13 +59,14 @@ class Engine:
     def __init__(self, kind: str, fn: str, hp: dict, flags: dict, options: dict):
         self.kind, self.fn = kind, fn
         for name, v in hp.items():
-            if not (name == "learning_rate" and callable(v)):
+            if v is not None and not (name == "learning_rate" and callable(v)):
                 _check_real(v, fn, name)
         self.hp = hp
         self.initial_accumulator_value = hp.pop("initial_accumulator_value", 0.0)
         opts = {k: _static_int(options.get(k), fn, k) for k in ("bits", "block_size", "min_8bit_size",
                                                                    "first_moment_bits", "seed")}
         group = dict(_hparams.COMMON_DEFAULTS)
+        group["betas"] = (0.9, 0.999, 0.9999) if kind == "ademamix" else (0.9, 0.999)  # checked by _check_real
         group.update(bits=32 if opts["bits"] is None else opts["bits"], block_size=opts["block_size"],
                      first_moment_bits=opts["first_moment_bits"],
                      min_8bit_size=4096 if opts["min_8bit_size"] is None else opts["min_8bit_size"])

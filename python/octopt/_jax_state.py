@@ -9,7 +9,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from . import _layout
@@ -110,34 +109,31 @@ def check_divisible(layout: LeafLayout, fn: str, arg: str) -> None:
                              f"sharding {layout.pspec}")
 
 
-def _place(x: np.ndarray, layout: LeafLayout, pspec: Any, like: Any) -> Any:
+def _device(layout: LeafLayout, pspec: Any, like: Any) -> Any:
+    """Where a state array of this parameter goes: its shard-local sharding, else the parameter's
+    device (replicated over its mesh when the parameter is), else the default device."""
     if layout.mesh is not None:
-        return jax.device_put(x, NamedSharding(layout.mesh, pspec))
+        return NamedSharding(layout.mesh, pspec)
     if isinstance(like, jax.Array) and not isinstance(like, jax.core.Tracer):
         sharding = like.sharding
-        if isinstance(sharding, NamedSharding):  # replicated over a mesh: the state too
-            sharding = NamedSharding(sharding.mesh, PartitionSpec())
-        return jax.device_put(x, sharding)
-    return jnp.asarray(x)
+        if isinstance(sharding, NamedSharding):
+            return NamedSharding(sharding.mesh, PartitionSpec())
+        return sharding
+    return None
 
 
 def init_slot(layout: LeafLayout, spec: _layout.SlotSpec, init: float, like: Any) -> SlotState:
-    """A slot whose every value is ``init``, placed like the parameter ``like``."""
+    """A slot whose every value is ``init``, placed like the parameter ``like``. The arrays are
+    allocated by XLA (not wrapped NumPy memory) so that the fused step can donate them."""
     data_shape, absmax_shape = layout.slot_shapes(spec)
     data_spec, absmax_spec = layout.shardings(spec)
-    if isinstance(like, jax.core.Tracer):  # under jit/vmap: build it in the trace
-        if spec.bits == 32:
-            return SlotState(jnp.full(data_shape, init, jnp.float32), jnp.zeros(absmax_shape, jnp.float32))
-        code, absmax = _layout.initial_fill(spec, init)
-        return SlotState(jnp.full(data_shape, code, jnp.uint8), jnp.full(absmax_shape, absmax, jnp.float32))
+    data_dev, absmax_dev = _device(layout, data_spec, like), _device(layout, absmax_spec, like)
     if spec.bits == 32:
-        data = np.full(data_shape, init, np.float32)
-        absmax = np.zeros(absmax_shape, np.float32)
-    else:
-        code, value = _layout.initial_fill(spec, init)
-        data = np.full(data_shape, code, np.uint8)
-        absmax = np.full(absmax_shape, value, np.float32)
-    return SlotState(_place(data, layout, data_spec, like), _place(absmax, layout, absmax_spec, like))
+        return SlotState(jnp.full(data_shape, init, jnp.float32, device=data_dev),
+                         jnp.zeros(absmax_shape, jnp.float32, device=absmax_dev))
+    code, absmax = _layout.initial_fill(spec, init)
+    return SlotState(jnp.full(data_shape, code, jnp.uint8, device=data_dev),
+                     jnp.full(absmax_shape, absmax, jnp.float32, device=absmax_dev))
 
 
 def _register_flax() -> None:
