@@ -38,12 +38,13 @@ def ensure_registered(fn: str) -> None:
             _registered = True
 
 
-def shard_map() -> Any:
+def _shard_map(f: Any, mesh: Any, in_specs: tuple, out_specs: tuple) -> Any:
+    # each device steps its own shard with its own blocks: no collective is needed
     if hasattr(jax, "shard_map"):
-        return jax.shard_map
+        return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
     from jax.experimental.shard_map import shard_map as legacy  # JAX < 0.7
 
-    return legacy
+    return legacy(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)
 
 
 def leaf_step(p: Any, g: Any, slots: list[SlotState], layout: LeafLayout, hp_dynamic: Any, step: Any, attrs: dict,
@@ -75,15 +76,14 @@ def leaf_step(p: Any, g: Any, slots: list[SlotState], layout: LeafLayout, hp_dyn
         if mode == PARAMS:
             aliases[0] = 0  # with donation the new parameter is written over the old one
         # "sequential": a vmapped step is a loop of exact steps, one per batch element
-        return jax.ffi.ffi_call(TARGET, results, vmap_method="sequential", input_output_aliases=aliases)(
-            *ops, **call_attrs)
+        return tuple(jax.ffi.ffi_call(TARGET, results, vmap_method="sequential", input_output_aliases=aliases)(
+            *ops, **call_attrs))
 
     if layout.mesh is None:
         outs = call(*operands)
     else:
         out_specs = (layout.pspec, *in_specs[4:])
-        outs = shard_map()(call, mesh=layout.mesh, in_specs=tuple(in_specs), out_specs=out_specs,
-                           check_vma=False)(*operands)
+        outs = _shard_map(call, layout.mesh, tuple(in_specs), out_specs)(*operands)
     new_slots, k = [], 1
     for spec in layout.specs:
         if spec.bits == 32:
