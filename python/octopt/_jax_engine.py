@@ -37,8 +37,8 @@ def _check_real(v: Any, fn: str, name: str) -> None:
         raise ValueError(f"{fn}: argument '{name}' must be finite, got {x}")
     lo, hi, hi_open = _RANGES.get(name, (0.0, None, False))
     if x < lo or (hi is not None and (x >= hi if hi_open else x > hi)):
-        bound = f"[{lo}, {hi})" if hi_open else (f"[{lo}, {hi}]" if hi is not None else f">= {lo}")
-        raise ValueError(f"{fn}: argument '{name}' must be in {bound}, got {x}")
+        bound = f"in [{lo}, {hi})" if hi_open else (f"in [{lo}, {hi}]" if hi is not None else f">= {lo}")
+        raise ValueError(f"{fn}: argument '{name}' must be {bound}, got {x}")
 
 
 def _static_int(v: Any, fn: str, name: str) -> Any:
