@@ -131,3 +131,17 @@ def test_training_with_8bit_state_converges_like_32bit_state():
     assert state.slots["exp_avg"]["w"].data.dtype == jnp.uint8
     assert losses8[-1] < 1e-2 * losses8[0]
     assert losses8[-1] < 1.5 * losses32[-1] + 1e-3, (losses8[-1], losses32[-1])
+
+
+def test_inside_optax_multisteps_gradient_accumulation():
+    import octopt
+
+    p0, grads = problem(steps=4, shapes=((4097,),))
+    tx = optax.MultiSteps(oo.adam8bit(1e-2), every_k_schedule=2)
+    params, state = _run(tx, p0, grads)
+    # the mean of each pair of gradients, one step per pair
+    ref = octopt.Adam([p0[0].copy()], lr=1e-2, bits=8)
+    for a, b in zip(grads[::2], grads[1::2]):
+        ref.step([np.asarray((jnp.asarray(a[0]) + jnp.asarray(b[0])) / 2)])
+    _close(params, ref, ulps=64)
+    assert int(state.inner_opt_state.count) == 2
