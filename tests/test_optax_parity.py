@@ -103,3 +103,22 @@ def test_eight_bit_names_are_the_generic_with_bits_8():
         state = eight(1e-3, **KINDS[name][1]).init(as_jax(problem(steps=0)[0]))
         assert state.layout.leaves[1].specs[0].bits == 8  # 4097 elements: quantized
         assert state.layout.leaves[2].specs[0].bits == 32  # 7 elements: below min_8bit_size
+
+
+@pytest.mark.parametrize("dtype", ("bfloat16", "float16"))
+def test_fused_step_on_half_precision_params_matches_the_core(dtype):
+    torch = pytest.importorskip("torch", reason="the NumPy path takes half-precision params as torch tensors")
+    import octopt
+
+    p0, grads = problem()
+    tdtype = getattr(torch, dtype)
+    ref_params = [torch.from_numpy(p.copy()).to(tdtype) for p in p0]
+    ref = octopt.AdamW(ref_params, lr=1e-2, bits=8)
+    tx = transformation("adamw", bits=8)
+    params = [jax.numpy.asarray(p, dtype) * 1 for p in p0]
+    state = tx.init(params)
+    for g in grads:
+        ref.step([torch.from_numpy(x) for x in g])  # float32 gradients for half-precision params
+        params, state = tx.step(params, as_jax(g), state)
+    for a, b in zip(params, ref_params):
+        np.testing.assert_array_equal(np.asarray(a.astype("float32")), b.float().numpy())

@@ -71,9 +71,12 @@ class Engine:
                      first_moment_bits=opts["first_moment_bits"],
                      min_8bit_size=4096 if opts["min_8bit_size"] is None else opts["min_8bit_size"])
         group.update({k: v for k, v in flags.items() if k in ("nesterov", "centered")})
-        momentum = hp.get("momentum", 0.0)
-        group["momentum"] = 1.0 if _is_traced(momentum) else float(momentum)  # traced: the buffer exists
-        group["dampening"] = 0.0 if _is_traced(hp.get("dampening", 0.0)) else float(hp.get("dampening", 0.0))
+        # momentum decides whether SGD/LARS/RMSprop keep a momentum buffer; a traced value (update under
+        # inject_hyperparams) cannot, and the state's layout already says
+        traced = lambda v: isinstance(v, jax.core.Tracer)  # noqa: E731
+        momentum, dampening = hp.get("momentum", 0.0), hp.get("dampening", 0.0)
+        group["momentum"] = 1.0 if traced(momentum) else float(momentum)
+        group["dampening"] = 0.0 if traced(dampening) else float(dampening)
         _hparams.validate_group(kind, group, fn)
         self.group = group
         self.seed = opts["seed"] or 0
