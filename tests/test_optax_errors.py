@@ -48,6 +48,12 @@ def test_bad_hyper_parameters(name, value, pattern):
         oo.adamw8bit(1e-3, **{name: value})
 
 
+def test_rmsprop_alpha_below_one():
+    with pytest.raises(ValueError, match=r"^octopt.optax.rmsprop: argument 'alpha' must be in \[0.0, 1.0\), got 1.0"):
+        oo.rmsprop8bit(1e-3, alpha=1.0)
+    oo.ademamix8bit(1e-3, alpha=5.0)  # AdEMAMix's alpha is a mixing weight
+
+
 def test_bad_layout_options():
     with pytest.raises(ValueError, match="^octopt.optax.adam: 'bits' must be 32, 8 or 4, got 7"):
         oo.adam(1e-3, bits=7)

@@ -21,11 +21,11 @@ _CORE_DEFAULTS = dict(learning_rate=1e-3, b1=0.9, b2=0.999, b3=0.9999, eps=1e-8,
 _RANGES = dict(b1=(0.0, 1.0, True), b2=(0.0, 1.0, True), b3=(0.0, 1.0, True), dampening=(0.0, 1.0, False))
 
 
-def _is_traced(v: Any) -> bool:
+def _is_array(v: Any) -> bool:
     return isinstance(v, jax.Array)  # a traced or device value: a runtime operand of the step
 
 
-def _check_real(v: Any, fn: str, name: str) -> None:
+def _check_real(v: Any, fn: str, name: str, kind: str) -> None:
     if isinstance(v, jax.core.Tracer):
         return  # checked by the handler when it runs
     if isinstance(v, bool) or not isinstance(v, (int, float, np.number, np.ndarray, jax.Array)):
@@ -36,6 +36,8 @@ def _check_real(v: Any, fn: str, name: str) -> None:
     if not math.isfinite(x):
         raise ValueError(f"{fn}: argument '{name}' must be finite, got {x}")
     lo, hi, hi_open = _RANGES.get(name, (0.0, None, False))
+    if (kind, name) == ("rmsprop", "alpha"):  # a smoothing constant (AdEMAMix's alpha is a mixing weight)
+        lo, hi, hi_open = 0.0, 1.0, True
     if x < lo or (hi is not None and (x >= hi if hi_open else x > hi)):
         bound = f"in [{lo}, {hi})" if hi_open else (f"in [{lo}, {hi}]" if hi is not None else f">= {lo}")
         raise ValueError(f"{fn}: argument '{name}' must be {bound}, got {x}")
@@ -60,7 +62,7 @@ class Engine:
         self.kind, self.fn = kind, fn
         for name, v in hp.items():
             if v is not None and not (name == "learning_rate" and callable(v)):
-                _check_real(v, fn, name)
+                _check_real(v, fn, name, kind)
         self.hp = hp
         self.initial_accumulator_value = hp.pop("initial_accumulator_value", 0.0)
         opts = {k: _static_int(options.get(k), fn, k) for k in ("bits", "block_size", "min_8bit_size",
@@ -139,7 +141,7 @@ class Engine:
             if name == "learning_rate" and callable(v):
                 v = v(count)  # a schedule, evaluated at the steps taken so far (optax's convention)
             k = HP_NAMES.index(name)
-            if _is_traced(v):
+            if _is_array(v):
                 dynamic[k] = jnp.asarray(v, jnp.float32).reshape(())
                 mask |= 1 << k
             else:

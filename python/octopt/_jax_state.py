@@ -17,7 +17,7 @@ from . import _layout
 class SlotState(NamedTuple):
     """One state slot (exp_avg, exp_avg_sq, momentum_buffer, ...) of one parameter."""
 
-    data: Any  # float32 values (32-bit state) or uint8 codes; the parameter's shape, except 4-bit codes: 1-D, two per byte
+    data: Any  # float32 values (32-bit state) or uint8 codes, in the parameter's shape; 4-bit codes: 1-D, two per byte
     absmax: Any  # float32, one per block (shard after shard when sharded); empty for 32-bit state
 
 
