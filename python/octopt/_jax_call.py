@@ -1,4 +1,4 @@
-"""One optimizer step of one parameter as an XLA FFI call, shard-local under a mesh."""
+"""One optimizer step of many parameters as one XLA FFI call, shard-local under a mesh."""
 
 from __future__ import annotations
 
@@ -47,49 +47,66 @@ def _shard_map(f: Any, mesh: Any, in_specs: tuple, out_specs: tuple) -> Any:
     return legacy(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)
 
 
-def leaf_step(p: Any, g: Any, slots: list[SlotState], layout: LeafLayout, hp_dynamic: Any, step: Any, attrs: dict,
-              mode: int) -> tuple[Any, list[SlotState]]:
-    """(updates or new parameter, new slots) of one parameter. ``attrs`` are the handler's
-    per-transformation attributes; this adds the per-parameter ones."""
-    bits, stochastic, signed = [0, 0, 0], [0, 0, 0], [0, 0, 0]
-    operands, in_specs = [p, g, hp_dynamic, step], [layout.pspec, layout.pspec, PartitionSpec(), PartitionSpec()]
-    for spec, st in zip(layout.specs, slots):
-        bits[spec.index] = spec.bits
-        stochastic[spec.index] = int(attrs["stochastic"] and spec.bits == 4)
-        signed[spec.index] = int(spec.signed)
-        data_spec, absmax_spec = layout.shardings(spec)
-        operands.append(st.data)
-        in_specs.append(data_spec)
-        if spec.bits != 32:
-            operands.append(st.absmax)
-            in_specs.append(absmax_spec)
-    call_attrs = dict(kind=np.int64(attrs["kind"]), mode=np.int64(mode), block_size=np.int64(layout.block_size),
-                      slot_bits=np.array(bits, np.int64), slot_stochastic=np.array(stochastic, np.int64),
-                      slot_signed=np.array(signed, np.int64), hp_static=attrs["hp_static"],
+def step_tensors(tensors: list, hp_dynamic: Any, step: Any, attrs: dict, mode: int) -> list:
+    """One FFI call stepping every tensor in ``tensors`` (all unsharded, or all sharded over one mesh):
+    a list of (p, g, slots, LeafLayout, rng_stream). Returns (updates or new parameter, new slots) per
+    tensor. ``attrs`` are the handler's per-transformation attributes; this adds the per-tensor ones."""
+    mesh = tensors[0][3].mesh
+    blocks, bits, stochastic, signed, streams = [], [], [], [], []
+    operands, in_specs = [hp_dynamic, step], [PartitionSpec(), PartitionSpec()]
+    sources = []  # per result, the operand it replaces (same shape and dtype)
+    aliases = {}  # operand -> result written over it
+    for p, g, slots, layout, stream in tensors:
+        pspec = layout.pspec if layout.pspec is not None else PartitionSpec()
+        if mode == PARAMS:
+            aliases[len(operands)] = len(sources)  # with donation the new parameter is written over the old one
+        sources.append(len(operands))
+        operands += [p, g]
+        in_specs += [pspec, pspec]
+        tb, ts, tsg = [0, 0, 0], [0, 0, 0], [0, 0, 0]
+        for spec, st in zip(layout.specs, slots):
+            tb[spec.index] = spec.bits
+            ts[spec.index] = int(attrs["stochastic"] and spec.bits == 4)
+            tsg[spec.index] = int(spec.signed)
+            data_spec, absmax_spec = layout.shardings(spec)
+            for arr, sp in ((st.data, data_spec), (st.absmax, absmax_spec))[: 1 if spec.bits == 32 else 2]:
+                aliases[len(operands)] = len(sources)  # the state is updated in place
+                sources.append(len(operands))
+                operands.append(arr)
+                in_specs.append(sp if sp is not None else PartitionSpec())
+        blocks.append(layout.block_size)
+        bits += tb
+        stochastic += ts
+        signed += tsg
+        streams.append(stream)
+    out_specs = tuple(in_specs[i] for i in sources)
+    call_attrs = dict(kind=np.int64(attrs["kind"]), mode=np.int64(mode), hp_static=attrs["hp_static"],
                       dynamic_mask=np.int64(attrs["dynamic_mask"]), flags=np.int64(attrs["flags"]),
-                      seed=np.int64(attrs["seed"]), rng_stream=np.int64(attrs["rng_stream"]))
-    n_state = len(operands) - 4
+                      seed=np.int64(attrs["seed"]), block_sizes=np.array(blocks, np.int64),
+                      slot_bits=np.array(bits, np.int64), slot_stochastic=np.array(stochastic, np.int64),
+                      slot_signed=np.array(signed, np.int64), rng_streams=np.array(streams, np.int64))
 
     def call(*ops: Any) -> Any:
-        results = [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in (ops[0], *ops[4:])]
-        aliases = {4 + i: 1 + i for i in range(n_state)}
-        if mode == PARAMS:
-            aliases[0] = 0  # with donation the new parameter is written over the old one
+        results = [jax.ShapeDtypeStruct(ops[i].shape, ops[i].dtype) for i in sources]
         # "sequential": a vmapped step is a loop of exact steps, one per batch element
         return tuple(jax.ffi.ffi_call(TARGET, results, vmap_method="sequential", input_output_aliases=aliases)(
             *ops, **call_attrs))
 
-    if layout.mesh is None:
+    if mesh is None:
         outs = call(*operands)
     else:
-        out_specs = (layout.pspec, *in_specs[4:])
-        outs = _shard_map(call, layout.mesh, tuple(in_specs), out_specs)(*operands)
-    new_slots, k = [], 1
-    for spec in layout.specs:
-        if spec.bits == 32:
-            new_slots.append(SlotState(outs[k], slots[len(new_slots)].absmax))
-            k += 1
-        else:
-            new_slots.append(SlotState(outs[k], outs[k + 1]))
-            k += 2
-    return outs[0], new_slots
+        outs = _shard_map(call, mesh, tuple(in_specs), out_specs)(*operands)
+    done, k = [], 0
+    for _p, _g, slots, layout, _s in tensors:
+        out = outs[k]
+        k += 1
+        new_slots = []
+        for spec, st in zip(layout.specs, slots):
+            if spec.bits == 32:
+                new_slots.append(SlotState(outs[k], st.absmax))
+                k += 1
+            else:
+                new_slots.append(SlotState(outs[k], outs[k + 1]))
+                k += 2
+        done.append((out, new_slots))
+    return done

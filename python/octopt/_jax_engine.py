@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _hparams, _layout, _octopt
-from ._jax_call import FLAGS, HP_NAMES, PARAMS, UPDATES, ensure_registered, leaf_step
+from ._jax_call import FLAGS, HP_NAMES, PARAMS, UPDATES, ensure_registered, step_tensors
 from ._jax_state import LeafLayout, OctoptState, SlotState, StateLayout, check_divisible, init_slot, leaf_sharding
 
 # octopt's defaults for the float hyper-parameters an optimizer does not take (HyperParams' own).
@@ -158,20 +158,22 @@ class Engine:
         slot_leaves = [treedef.flatten_up_to(state.slots[name]) for name in layout.slot_names]
         step_no = state.count + 1
         hp_dynamic, hp_static, mask = self._hp_operands(state.count)
-        outs, new_slots = [], [[] for _ in layout.slot_names]
+        attrs = dict(kind=_octopt.xla_ffi_kind(self.kind), hp_static=hp_static, dynamic_mask=mask, flags=self.flags,
+                     seed=self.seed, stochastic=self.stochastic is None)
+        calls: dict = {}  # one FFI call per mesh (unsharded parameters: None), over all its parameters
         for i, ((path, p), g, lay) in enumerate(zip(p_leaves, g_leaves, layout.leaves)):
             where = jax.tree_util.keystr(path)
             _check_param(p, fn, f"params{where}")
             _check_grad(p, g, lay, fn, f"{grads_arg}{where}", f"params{where}")
             slots = [SlotState(*s[i]) for s in slot_leaves]
             _check_slots(slots, lay, fn, where)
-            attrs = dict(kind=_octopt.xla_ffi_kind(self.kind), hp_static=hp_static, dynamic_mask=mask,
-                         flags=self.flags, seed=self.seed, rng_stream=i,
-                         stochastic=self.stochastic is None)
-            out, slots = leaf_step(p, g, slots, lay, hp_dynamic, step_no, attrs, mode)
-            outs.append(out)
-            for k, s in enumerate(slots):
-                new_slots[k].append(s)
+            calls.setdefault(lay.mesh, []).append((i, (p, g, slots, lay, i)))
+        done = [None] * len(p_leaves)
+        for group in calls.values():
+            for (i, _), result in zip(group, step_tensors([t for _, t in group], hp_dynamic, step_no, attrs, mode)):
+                done[i] = result
+        outs = [d[0] for d in done]
+        new_slots = [[d[1][k] for d in done] for k in range(len(layout.slot_names))]
         new_state = OctoptState(step_no, {name: treedef.unflatten(s) for name, s in zip(layout.slot_names, new_slots)},
                                 layout)
         return treedef.unflatten(outs), new_state

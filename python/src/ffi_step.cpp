@@ -1,15 +1,17 @@
-// XLA FFI handler: one optimizer step of one tensor (the per-tensor unit of octopt.optax), built
-// against the headers jaxlib ships (jax.ffi.include_dir()); nothing links against jaxlib.
+// XLA FFI handler: one optimizer step of every tensor of a call in one octopt::step (one parallel
+// region), built against the headers jaxlib ships (jax.ffi.include_dir()); nothing links against
+// jaxlib.
 //
-// Operands: param, grad, hp_dynamic (f32[kNumHyperParams]), step (s32[], the step being taken,
-// 1-based), then per used state slot its data (f32 values or u8 codes) and, when quantized, its
-// absmax. Results: the param-dtype tensor (updates p_new - p, or p_new), then the new state in
-// operand order. The state results may alias their operands (input_output_aliases); when they do
-// not, the operands are copied first, so the handler never writes an operand.
+// Operands: hp_dynamic (f32[kNumHyperParams]), step (s32[], the step being taken, 1-based), then per
+// tensor: param, grad, and per used state slot its data (f32 values or u8 codes) and, when quantized,
+// its absmax. Results per tensor: the param-dtype tensor (updates p_new - p, or p_new), then its new
+// state in operand order. Results may alias their operands (input_output_aliases); when they do not,
+// the operands are copied first, so the handler never writes an operand.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,27 +69,115 @@ void subtract(void* out, const void* p, std::int64_t n) {
     octopt::store_f32<D>(out, i, octopt::load_f32<D>(out, i) - octopt::load_f32<D>(p, i));
 }
 
-ffi::Error StepImpl(ffi::AnyBuffer param, ffi::AnyBuffer grad, ffi::Buffer<ffi::F32> hp_dynamic,
-                    ffi::Buffer<ffi::S32> step_buf, ffi::RemainingArgs state_in, ffi::Result<ffi::AnyBuffer> out,
-                    ffi::RemainingRets state_out, std::int64_t kind, std::int64_t mode, std::int64_t block_size,
-                    ffi::Span<const std::int64_t> slot_bits, ffi::Span<const std::int64_t> slot_stochastic,
-                    ffi::Span<const std::int64_t> slot_signed, ffi::Span<const double> hp_static,
-                    std::int64_t dynamic_mask, std::int64_t flags, std::int64_t seed, std::int64_t rng_stream) {
-  using octopt_ffi::kNumHyperParams;
+// The buffers of the tensors, taken from the variadic operands and results in order.
+class Buffers {
+ public:
+  Buffers(const ffi::RemainingArgs& in, const ffi::RemainingRets& out) : in_(in), out_(out) {}
+  std::optional<ffi::AnyBuffer> operand() {
+    auto a = in_.get<ffi::AnyBuffer>(i_++);
+    if (!a.has_value()) return std::nullopt;
+    return *a;
+  }
+  std::optional<ffi::AnyBuffer> result() {
+    auto r = out_.get<ffi::AnyBuffer>(o_++);
+    if (!r.has_value()) return std::nullopt;
+    return **r;
+  }
+  bool all_used() const { return i_ == in_.size() && o_ == out_.size(); }
+
+ private:
+  const ffi::RemainingArgs& in_;
+  const ffi::RemainingRets& out_;
+  std::size_t i_ = 0, o_ = 0;
+};
+
+struct Attrs {
+  std::int64_t kind, mode;
+  ffi::Span<const double> hp_static;
+  std::int64_t dynamic_mask, flags, seed;
+  ffi::Span<const std::int64_t> block_sizes, slot_bits, slot_stochastic, slot_signed, rng_streams;
+};
+
+std::string tensor(std::size_t t) { return "tensor " + std::to_string(t) + ": "; }
+
+// Fills one slot from the next buffers (copying operands into unaliased results); `param` and
+// `out` receive the parameter's operand and result addresses.
+ffi::Error take_tensor(Buffers& bufs, const Attrs& a, std::size_t t, octopt::ParamSlot& slot, const void** param_in,
+                       void** param_out) {
+  auto param = bufs.operand();
+  auto out = bufs.result();
+  auto grad = bufs.operand();
+  if (!param || !out || !grad) return bad("internal: missing buffers");
   octopt::DType pd, gd;
-  if (!float_dtype(param.element_type(), &pd)) return bad("the parameter must be float32, float16 or bfloat16");
-  if (!float_dtype(grad.element_type(), &gd) || (gd != pd && gd != octopt::DType::f32))
-    return bad("the gradient must be float32 or the parameter's dtype");
-  const std::int64_t n = std::int64_t(param.element_count());
-  if (std::int64_t(grad.element_count()) != n) return bad("the gradient and the parameter differ in size");
-  if (out->element_type() != param.element_type() || std::int64_t(out->element_count()) != n)
+  if (!float_dtype(param->element_type(), &pd))
+    return bad(tensor(t) + "the parameter must be float32, float16 or bfloat16");
+  if (!float_dtype(grad->element_type(), &gd) || (gd != pd && gd != octopt::DType::f32))
+    return bad(tensor(t) + "the gradient must be float32 or the parameter's dtype");
+  const std::int64_t n = std::int64_t(param->element_count());
+  if (std::int64_t(grad->element_count()) != n) return bad(tensor(t) + "the gradient and the parameter differ in size");
+  if (out->element_type() != param->element_type() || std::int64_t(out->element_count()) != n)
     return bad("internal: the result does not match the parameter");
+  const std::int64_t block_size = a.block_sizes[t];
+  slot.param = out->untyped_data();
+  slot.param_dtype = pd;
+  slot.grad = grad->untyped_data();
+  slot.grad_dtype = gd;
+  slot.n = n;
+  slot.block_size = int(block_size);
+  slot.rng_stream = std::uint64_t(a.rng_streams[t]);
+  const std::int64_t blocks = block_size > 0 ? (n + block_size - 1) / block_size : 0;
+  for (std::size_t k = 0; k < 3; ++k) {
+    const int bits = int(a.slot_bits[3 * t + k]);
+    if (bits == 0) continue;
+    if (bits != 32 && bits != 8 && bits != 4) return bad("internal: state bits must be 32, 8 or 4");
+    auto din = bufs.operand();
+    auto dout = bufs.result();
+    if (!din || !dout) return bad("internal: missing state buffer");
+    const std::size_t want = bits == 32 ? std::size_t(n) * 4 : (bits == 8 ? std::size_t(n) : std::size_t(n + 1) / 2);
+    const ffi::DataType wt = bits == 32 ? ffi::DataType::F32 : ffi::DataType::U8;
+    if (din->element_type() != wt || din->size_bytes() != want || dout->size_bytes() != want)
+      return bad(tensor(t) + "state slot " + std::to_string(k) + " does not match the parameter (expected " +
+                 std::to_string(want) + " bytes of " + (bits == 32 ? "float32" : "uint8") + ")");
+    copy_into(*din, *dout);
+    octopt::StateBuffer& st = slot.state[k];
+    st.bits = bits;
+    st.data = dout->untyped_data();
+    st.stochastic = a.slot_stochastic[3 * t + k] != 0;
+    if (bits == 32) continue;
+    st.codebook = codebook_index(bits, a.slot_signed[3 * t + k] != 0);
+    auto ain = bufs.operand();
+    auto aout = bufs.result();
+    if (!ain || !aout) return bad("internal: missing absmax buffer");
+    if (ain->element_type() != ffi::DataType::F32 || std::int64_t(ain->element_count()) != blocks ||
+        std::int64_t(aout->element_count()) != blocks)
+      return bad(tensor(t) + "the absmax of state slot " + std::to_string(k) + " must hold " + std::to_string(blocks) +
+                 " float32 values (one per block of " + std::to_string(block_size) + ")");
+    copy_into(*ain, *aout);
+    st.absmax = static_cast<float*>(aout->untyped_data());
+  }
+  copy_into(*param, *out);
+  *param_in = param->untyped_data();
+  *param_out = out->untyped_data();
+  return ffi::Error::Success();
+}
+
+ffi::Error StepImpl(ffi::Buffer<ffi::F32> hp_dynamic, ffi::Buffer<ffi::S32> step_buf, ffi::RemainingArgs in,
+                    ffi::RemainingRets out, std::int64_t kind, std::int64_t mode, ffi::Span<const double> hp_static,
+                    std::int64_t dynamic_mask, std::int64_t flags, std::int64_t seed,
+                    ffi::Span<const std::int64_t> block_sizes, ffi::Span<const std::int64_t> slot_bits,
+                    ffi::Span<const std::int64_t> slot_stochastic, ffi::Span<const std::int64_t> slot_signed,
+                    ffi::Span<const std::int64_t> rng_streams) {
+  using octopt_ffi::kNumHyperParams;
+  const Attrs a{kind, mode, hp_static, dynamic_mask, flags, seed, block_sizes, slot_bits, slot_stochastic,
+                slot_signed, rng_streams};
+  const std::size_t n_tensors = block_sizes.size();
   if (kind < 0 || kind > int(octopt::OptimKind::lars)) return bad("internal: unknown optimizer kind");
   if (mode != octopt_ffi::kUpdates && mode != octopt_ffi::kParams) return bad("internal: unknown mode");
   if (hp_dynamic.element_count() != kNumHyperParams || hp_static.size() != kNumHyperParams)
     return bad("internal: expected " + std::to_string(kNumHyperParams) + " hyper-parameters");
-  if (slot_bits.size() != 3 || slot_stochastic.size() != 3 || slot_signed.size() != 3)
-    return bad("internal: expected 3 state slot descriptions");
+  if (slot_bits.size() != 3 * n_tensors || slot_stochastic.size() != 3 * n_tensors ||
+      slot_signed.size() != 3 * n_tensors || rng_streams.size() != n_tensors)
+    return bad("internal: expected 3 state slot descriptions per tensor");
   if (step_buf.element_count() != 1) return bad("internal: the step must be a scalar");
   const std::int64_t step = step_buf.typed_data()[0];
   if (step < 1) return bad("the step count must be >= 1, got " + std::to_string(step));
@@ -108,56 +198,24 @@ ffi::Error StepImpl(ffi::AnyBuffer param, ffi::AnyBuffer grad, ffi::Buffer<ffi::
   h.bias_correction = flags & octopt_ffi::kBiasCorrection;
   h.maximize = flags & octopt_ffi::kMaximize;
 
-  std::size_t expected = 0;
-  for (std::size_t k = 0; k < 3; ++k) expected += slot_bits[k] == 0 ? 0 : (slot_bits[k] == 32 ? 1 : 2);
-  if (state_in.size() != expected || state_out.size() != expected)
-    return bad("internal: expected " + std::to_string(expected) + " state buffers");
-
   try {
     const auto kindv = octopt::OptimKind(kind);
-    octopt::ParamSlot slot;
-    slot.param = out->untyped_data();
-    slot.param_dtype = pd;
-    slot.grad = grad.untyped_data();
-    slot.grad_dtype = gd;
-    slot.n = n;
-    slot.block_size = int(block_size);
-    slot.rng_stream = std::uint64_t(rng_stream);
-    const std::int64_t blocks = block_size > 0 ? (n + block_size - 1) / block_size : 0;
-    std::size_t b = 0;
-    for (std::size_t k = 0; k < 3; ++k) {
-      const int bits = int(slot_bits[k]);
-      if (bits == 0) continue;
-      if (bits != 32 && bits != 8 && bits != 4) return bad("internal: state bits must be 32, 8 or 4");
-      auto din = state_in.get<ffi::AnyBuffer>(b);
-      auto dout = state_out.get<ffi::AnyBuffer>(b);
-      if (!din.has_value() || !dout.has_value()) return bad("internal: missing state buffer");
-      const std::size_t want = bits == 32 ? std::size_t(n) * 4 : (bits == 8 ? std::size_t(n) : std::size_t(n + 1) / 2);
-      const ffi::DataType wt = bits == 32 ? ffi::DataType::F32 : ffi::DataType::U8;
-      if (din->element_type() != wt || din->size_bytes() != want || (*dout)->size_bytes() != want)
-        return bad("state slot " + std::to_string(k) + " does not match the parameter (expected " +
-                   std::to_string(want) + " bytes of " + (bits == 32 ? "float32" : "uint8") + ")");
-      copy_into(*din, **dout);
-      octopt::StateBuffer& st = slot.state[k];
-      st.bits = bits;
-      st.data = (*dout)->untyped_data();
-      st.stochastic = slot_stochastic[k] != 0;
-      ++b;
-      if (bits == 32) continue;
-      st.codebook = codebook_index(bits, slot_signed[k] != 0);
-      auto ain = state_in.get<ffi::AnyBuffer>(b);
-      auto aout = state_out.get<ffi::AnyBuffer>(b);
-      if (!ain.has_value() || !aout.has_value()) return bad("internal: missing absmax buffer");
-      if (ain->element_type() != ffi::DataType::F32 || std::int64_t(ain->element_count()) != blocks ||
-          std::int64_t((*aout)->element_count()) != blocks)
-        return bad("the absmax of state slot " + std::to_string(k) + " must hold " + std::to_string(blocks) +
-                   " float32 values (one per block of " + std::to_string(block_size) + ")");
-      copy_into(*ain, **aout);
-      st.absmax = static_cast<float*>((*aout)->untyped_data());
-      ++b;
+    const octopt::SlotScalars scalars = octopt::compute_scalars(kindv, h, step);
+    // XLA may run independent custom calls on several threads: per-thread scratch
+    thread_local std::vector<octopt::ParamSlot> slots;
+    thread_local std::vector<const void*> params;  // for updates = p_new - p
+    thread_local std::vector<void*> outs;
+    thread_local octopt::StepWorkspace ws;
+    slots.assign(n_tensors, octopt::ParamSlot{});
+    params.assign(n_tensors, nullptr);
+    outs.assign(n_tensors, nullptr);
+    Buffers bufs(in, out);
+    for (std::size_t t = 0; t < n_tensors; ++t) {
+      ffi::Error e = take_tensor(bufs, a, t, slots[t], &params[t], &outs[t]);
+      if (!e.success()) return e;
+      slots[t].scalars = scalars;
     }
-    copy_into(param, *out);
-    slot.scalars = octopt::compute_scalars(kindv, h, step);
+    if (!bufs.all_used()) return bad("internal: more buffers than the tensors' descriptions use");
 
     octopt::StepConfig cfg;
     cfg.kind = kindv;
@@ -167,14 +225,17 @@ ffi::Error StepImpl(ffi::AnyBuffer param, ffi::AnyBuffer grad, ffi::Buffer<ffi::
     cfg.step = step;
     cfg.stochastic_state = flags & octopt_ffi::kStochasticState;
     cfg.stochastic_bf16 = flags & octopt_ffi::kStochasticBf16;
-    octopt::validate_step(cfg, &slot, 1, kFn);
-    thread_local octopt::StepWorkspace ws;  // XLA may run independent custom calls on several threads
-    octopt::step(cfg, &slot, 1, ws);
+    octopt::validate_step(cfg, slots.data(), n_tensors, kFn);
+    octopt::step(cfg, slots.data(), n_tensors, ws);
     if (mode == octopt_ffi::kUpdates) {
-      switch (pd) {
-        case octopt::DType::f32: subtract<octopt::DType::f32>(out->untyped_data(), param.untyped_data(), n); break;
-        case octopt::DType::f16: subtract<octopt::DType::f16>(out->untyped_data(), param.untyped_data(), n); break;
-        case octopt::DType::bf16: subtract<octopt::DType::bf16>(out->untyped_data(), param.untyped_data(), n); break;
+      for (std::size_t t = 0; t < n_tensors; ++t) {
+        void* o = outs[t];
+        const void* p = params[t];
+        switch (slots[t].param_dtype) {
+          case octopt::DType::f32: subtract<octopt::DType::f32>(o, p, slots[t].n); break;
+          case octopt::DType::f16: subtract<octopt::DType::f16>(o, p, slots[t].n); break;
+          case octopt::DType::bf16: subtract<octopt::DType::bf16>(o, p, slots[t].n); break;
+        }
       }
     }
   } catch (const std::exception& e) {
@@ -189,23 +250,20 @@ ffi::Error StepImpl(ffi::AnyBuffer param, ffi::AnyBuffer grad, ffi::Buffer<ffi::
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(OctoptStepCpu, StepImpl,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()           // param
-                                  .Arg<ffi::AnyBuffer>()           // grad
-                                  .Arg<ffi::Buffer<ffi::F32>>()    // hp_dynamic
-                                  .Arg<ffi::Buffer<ffi::S32>>()    // step
-                                  .RemainingArgs()                 // state in
-                                  .Ret<ffi::AnyBuffer>()           // updates or new param
-                                  .RemainingRets()                 // state out
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // hp_dynamic
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // step
+                                  .RemainingArgs()               // per tensor: param, grad, state
+                                  .RemainingRets()               // per tensor: updates or new param, state
                                   .Attr<std::int64_t>("kind")
                                   .Attr<std::int64_t>("mode")
-                                  .Attr<std::int64_t>("block_size")
-                                  .Attr<ffi::Span<const std::int64_t>>("slot_bits")
-                                  .Attr<ffi::Span<const std::int64_t>>("slot_stochastic")
-                                  .Attr<ffi::Span<const std::int64_t>>("slot_signed")
                                   .Attr<ffi::Span<const double>>("hp_static")
                                   .Attr<std::int64_t>("dynamic_mask")
                                   .Attr<std::int64_t>("flags")
                                   .Attr<std::int64_t>("seed")
-                                  .Attr<std::int64_t>("rng_stream"));
+                                  .Attr<ffi::Span<const std::int64_t>>("block_sizes")
+                                  .Attr<ffi::Span<const std::int64_t>>("slot_bits")
+                                  .Attr<ffi::Span<const std::int64_t>>("slot_stochastic")
+                                  .Attr<ffi::Span<const std::int64_t>>("slot_signed")
+                                  .Attr<ffi::Span<const std::int64_t>>("rng_streams"));
 
 void* octopt_ffi::step_cpu_handler() { return reinterpret_cast<void*>(&OctoptStepCpu); }

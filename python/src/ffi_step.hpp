@@ -1,6 +1,6 @@
 #pragma once
-// The XLA FFI handler of octopt.optax: one optimizer step of one tensor, on the CPU, through the
-// same core as octopt.Optimizer (octopt::step over one ParamSlot). Declared here without XLA
+// The XLA FFI handler of octopt.optax: one optimizer step of any number of tensors, on the CPU, through the
+// same core as octopt.Optimizer (one octopt::step over their ParamSlots). Declared here without XLA
 // headers so that the binding can export it whether or not it was built.
 #include <cstddef>
 
