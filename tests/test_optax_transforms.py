@@ -145,3 +145,11 @@ def test_inside_optax_multisteps_gradient_accumulation():
         ref.step([np.asarray((jnp.asarray(a[0]) + jnp.asarray(b[0])) / 2)])
     _close(params, ref, ulps=64)
     assert int(state.inner_opt_state.count) == 2
+
+
+def test_one_ffi_call_steps_every_parameter():
+    p0, grads = problem()
+    tx = oo.adamw8bit(1e-2)
+    params = as_jax(p0)
+    hlo = jax.jit(tx.update).lower(as_jax(grads[0]), tx.init(params), params).as_text()
+    assert hlo.count("custom_call @octopt_step") == 1, hlo
