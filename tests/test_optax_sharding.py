@@ -38,6 +38,8 @@ SCRIPT = textwrap.dedent("""
                 hlo = update.lower(g, state, params).compile().as_text()
                 for op in ("all-gather", "all-to-all", "all-reduce", "collective-permute"):
                     assert op not in hlo, (w_spec, op)
+                # one call for the parameters split over the mesh, one for the replicated ones
+                assert hlo.count('custom_call_target="octopt_step"') == (1 if w_spec == P() else 2), hlo
             if fused:
                 params, state = tx.step(params, g, state)
             else:
