@@ -100,8 +100,8 @@ struct Attrs {
 
 std::string tensor(std::size_t t) { return "tensor " + std::to_string(t) + ": "; }
 
-// Fills one slot from the next buffers (copying operands into unaliased results); `param` and
-// `out` receive the parameter's operand and result addresses.
+// Fills one slot from the next buffers (copying operands into unaliased results); `param_in` and
+// `param_out` receive the parameter's operand and result addresses.
 ffi::Error take_tensor(Buffers& bufs, const Attrs& a, std::size_t t, octopt::ParamSlot& slot, const void** param_in,
                        void** param_out) {
   auto param = bufs.operand();
