@@ -93,6 +93,7 @@ def test_info_dict():
     assert info["cuda_available"] == octopt.cuda_available()
     assert info["compiler"] and info["simd"]
     assert (info["cuda_devices"] > 0) == info["cuda_available"]
+    assert isinstance(info["xla_ffi_built"], bool)
 
 
 def _rows(stdout: str) -> dict[str, str]:
@@ -111,6 +112,7 @@ def test_cli_info():
     assert int(rows["CPU threads"]) >= 1  # the child's default; test_cli_threads_follow_environment pins it
     assert rows["CUDA built"].startswith("yes" if octopt.cuda_built() else "no")
     assert rows["CUDA available"].startswith("yes" if octopt.cuda_available() else "no")
+    assert rows["XLA FFI handler"].startswith("yes" if info["xla_ffi_built"] else "no")
 
 
 def test_cli_threads_follow_environment():

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
+from . import maps
+
 # Names of the state slots (s0, s1, s2) per optimizer, and whether each holds signed values.
 SLOTS = {
     "adam": (("exp_avg", True), ("exp_avg_sq", False)),
@@ -60,3 +64,25 @@ def plan_slots(kind: str, group: dict, numel: int) -> tuple[int, list[SlotSpec]]
             b = group["first_moment_bits"]
         specs.append(SlotSpec(k, name, signed, b, block_size))
     return block_size, specs
+
+
+def slot_map(spec: SlotSpec) -> np.ndarray:
+    """The quantization map of a quantized slot (the table behind CODEBOOKS)."""
+    if (spec.bits, spec.signed) == (4, False):
+        return maps.log2_map(4)
+    return maps.dynamic_map(spec.signed, bits=spec.bits)
+
+
+def initial_fill(spec: SlotSpec, init: float) -> tuple[int, float]:
+    """(code byte, absmax) of a quantized slot whose every value is ``init``: absmax = |init| and
+    the code nearest to sign(init) (0 when init == 0); 4-bit bytes hold the code twice."""
+    q = slot_map(spec)
+    code = int(np.argmin(np.abs(q.astype(np.float64) - (1.0 if init > 0 else 0.0))))
+    if spec.bits == 4:
+        code = code | (code << 4)
+    return code, float(init)
+
+
+def initial_value(kind: str, spec: SlotSpec, group: dict) -> float:
+    """The value a state slot starts from: Adagrad's sum starts at initial_accumulator_value."""
+    return float(group["initial_accumulator_value"]) if (kind == "adagrad" and spec.index == 0) else 0.0

@@ -20,6 +20,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         ("CPU threads", str(i["threads"])),
         ("CUDA built", "yes" + (f" (runtime {i['cuda_runtime']})" if i["cuda_runtime"] else "") if i["cuda_built"] else "no"),
         ("CUDA available", f"yes ({i['cuda_devices']} device(s))" if i["cuda_available"] else "no"),
+        ("XLA FFI handler", "yes (octopt.optax)" if i["xla_ffi_built"] else "no"),
     ]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
@@ -30,7 +31,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="octopt", description="Block-wise quantized optimizer states.")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="print the build: version, compiler, SIMD level, threads, CUDA").set_defaults(
+    sub.add_parser("info", help="print the build: version, compiler, SIMD level, threads, CUDA, XLA FFI").set_defaults(
         func=_cmd_info)
     from . import demo
 

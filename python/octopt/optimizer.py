@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from . import _arrays, _hparams, _layout, _octopt, maps
+from . import _arrays, _hparams, _layout, _octopt
 
 
 class _TensorState:
@@ -121,7 +121,7 @@ class Optimizer:
     def _allocate(self, t: _TensorState, group: dict) -> None:
         n = t.info.size
         for spec in t.specs:
-            init = float(group["initial_accumulator_value"]) if (self.kind == "adagrad" and spec.index == 0) else 0.0
+            init = _layout.initial_value(self.kind, spec, group)
             if spec.bits == 32:
                 values = _arrays.empty(t.param, t.info, (n,), "float32")
                 _fill(values, init)
@@ -129,19 +129,13 @@ class Optimizer:
                 continue
             codes = _arrays.empty(t.param, t.info, ((n + 1) // 2 if spec.bits == 4 else n,), "uint8")
             absmax = _arrays.empty(t.param, t.info, (_arrays.num_blocks(n, spec.block_size),), "float32")
-            q = self._map(spec)
-            # a constant block: absmax = |init|, every code the one nearest to sign(init) (0 when init == 0)
-            code = int(np.argmin(np.abs(q.astype(np.float64) - (1.0 if init > 0 else 0.0))))
-            if spec.bits == 4:
-                code = code | (code << 4)
+            code, _ = _layout.initial_fill(spec, init)
             _fill(codes, code)
             _fill(absmax, init)
             t.buffers[spec.index] = (codes, absmax)
 
     def _map(self, spec: _layout.SlotSpec) -> np.ndarray:
-        if (spec.bits, spec.signed) == (4, False):
-            return maps.log2_map(4)
-        return maps.dynamic_map(spec.signed, bits=spec.bits)
+        return _layout.slot_map(spec)
 
     def _register(self, t: _TensorState) -> None:
         states: list[Any] = [None, None, None]

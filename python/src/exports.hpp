@@ -9,3 +9,4 @@ void export_qmap(nb::module_& m);
 void export_blockwise(nb::module_& m);
 void export_optim(nb::module_& m);
 void export_state_io(nb::module_& m);
+void export_ffi(nb::module_& m);

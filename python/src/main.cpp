@@ -1,10 +1,11 @@
 #include "exports.hpp"
 
 NB_MODULE(_octopt, m) {
-  m.doc() = "octopt native core: quantization maps, block-wise quantization, runtime information, state files";
+  m.doc() = "octopt native core: quantization maps, block-wise quantization, runtime information, state files, XLA FFI handlers";
   export_runtime(m);
   export_qmap(m);
   export_blockwise(m);
   export_optim(m);
   export_state_io(m);
+  export_ffi(m);
 }

@@ -1,0 +1,229 @@
+"""The engine behind an octopt.optax transformation: option checks, init, and the per-parameter
+FFI steps of update and of the fused, donating step."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _hparams, _layout, _octopt
+from ._jax_call import FLAGS, HP_NAMES, PARAMS, UPDATES, ensure_registered, step_tensors
+from ._jax_state import LeafLayout, OctoptState, SlotState, StateLayout, check_divisible, init_slot, leaf_sharding
+
+# octopt's defaults for the float hyper-parameters an optimizer does not take (HyperParams' own).
+_CORE_DEFAULTS = dict(learning_rate=1e-3, b1=0.9, b2=0.999, b3=0.9999, eps=1e-8, weight_decay=0.0, momentum=0.0,
+                      dampening=0.0, alpha=0.99, lr_decay=0.0, eta=1e-3, t_alpha=0.0, t_beta3=0.0)
+# range of each float hyper-parameter: (low, high, high is open)
+_RANGES = dict(b1=(0.0, 1.0, True), b2=(0.0, 1.0, True), b3=(0.0, 1.0, True), dampening=(0.0, 1.0, False))
+
+
+def _is_array(v: Any) -> bool:
+    return isinstance(v, jax.Array)  # a traced or device value: a runtime operand of the step
+
+
+def _check_real(v: Any, fn: str, name: str, kind: str) -> None:
+    if isinstance(v, jax.core.Tracer):
+        return  # checked by the handler when it runs
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.number, np.ndarray, jax.Array)):
+        raise TypeError(f"{fn}: argument '{name}' must be a number, got {type(v).__name__}")
+    if np.ndim(v) != 0:
+        raise ValueError(f"{fn}: argument '{name}' must be a scalar, got shape {np.shape(v)}")
+    x = float(v)
+    if not math.isfinite(x):
+        raise ValueError(f"{fn}: argument '{name}' must be finite, got {x}")
+    lo, hi, hi_open = _RANGES.get(name, (0.0, None, False))
+    if (kind, name) == ("rmsprop", "alpha"):  # a smoothing constant (AdEMAMix's alpha is a mixing weight)
+        lo, hi, hi_open = 0.0, 1.0, True
+    if x < lo or (hi is not None and (x >= hi if hi_open else x > hi)):
+        bound = f"in [{lo}, {hi})" if hi_open else (f"in [{lo}, {hi}]" if hi is not None else f">= {lo}")
+        raise ValueError(f"{fn}: argument '{name}' must be {bound}, got {x}")
+
+
+def _static_int(v: Any, fn: str, name: str) -> Any:
+    """A structural option as a Python int (inject_hyperparams turns ints into arrays)."""
+    if v is None or isinstance(v, bool):
+        return v
+    if isinstance(v, jax.core.Tracer):
+        raise TypeError(f"{fn}: argument '{name}' is traced; it fixes the state's layout, so it must be static "
+                        f"(with optax.inject_hyperparams pass static_args=('{name}',))")
+    if np.ndim(v) != 0 or float(v) != int(v):
+        raise TypeError(f"{fn}: argument '{name}' must be an int, got {v!r}")
+    return int(v)
+
+
+class Engine:
+    """The closure behind one transformation: its options, hyper-parameters and the jitted fused step."""
+
+    def __init__(self, kind: str, fn: str, hp: dict, flags: dict, options: dict):
+        self.kind, self.fn = kind, fn
+        for name, v in hp.items():
+            if v is not None and not (name == "learning_rate" and callable(v)):
+                _check_real(v, fn, name, kind)
+        self.hp = hp
+        self.initial_accumulator_value = hp.pop("initial_accumulator_value", 0.0)
+        opts = {k: _static_int(options.get(k), fn, k) for k in ("bits", "block_size", "min_8bit_size",
+                                                                   "first_moment_bits", "seed")}
+        group = dict(_hparams.COMMON_DEFAULTS)
+        group["betas"] = (0.9, 0.999, 0.9999) if kind == "ademamix" else (0.9, 0.999)  # checked by _check_real
+        group.update(bits=32 if opts["bits"] is None else opts["bits"], block_size=opts["block_size"],
+                     first_moment_bits=opts["first_moment_bits"],
+                     min_8bit_size=4096 if opts["min_8bit_size"] is None else opts["min_8bit_size"])
+        group.update({k: v for k, v in flags.items() if k in ("nesterov", "centered")})
+        # momentum decides whether SGD/LARS/RMSprop keep a momentum buffer; a traced value (update under
+        # inject_hyperparams) cannot, and the state's layout already says
+        traced = lambda v: isinstance(v, jax.core.Tracer)  # noqa: E731
+        momentum, dampening = hp.get("momentum", 0.0), hp.get("dampening", 0.0)
+        group["momentum"] = 1.0 if traced(momentum) else float(momentum)
+        group["dampening"] = 0.0 if traced(dampening) else float(dampening)
+        _hparams.validate_group(kind, group, fn)
+        self.group = group
+        self.seed = opts["seed"] or 0
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"{fn}: argument 'seed' must be in [0, 2**63), got {self.seed}")
+        self.stochastic = options.get("stochastic_rounding")
+        self.flags = sum(FLAGS[k] for k, v in flags.items() if v)
+        if self.stochastic:
+            self.flags |= FLAGS["stochastic_state"]
+        if options.get("stochastic_bf16"):
+            self.flags |= FLAGS["stochastic_bf16"]
+        self.config = (kind, tuple(sorted((k, group[k]) for k in ("bits", "block_size", "min_8bit_size",
+                                                                   "first_moment_bits"))), self.stochastic)
+        self._fused = None
+
+    # -- init -----------------------------------------------------------------------------------
+    def init(self, params: Any) -> OctoptState:
+        ensure_registered(self.fn)
+        fn = f"{self.fn}.init"
+        leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+        layouts, slot_trees = [], []
+        names = tuple(_layout.SLOTS[self.kind][k][0] for k in _layout.used_slots(self.kind, self.group))
+        for path, p in leaves:
+            arg = f"params{jax.tree_util.keystr(path)}"
+            _check_param(p, fn, arg)
+            block_size, specs = _layout.plan_slots(self.kind, self.group, math.prod(p.shape))
+            mesh, pspec, axes = leaf_sharding(p)
+            if mesh is not None and self.kind in ("lamb", "lars"):
+                raise ValueError(f"{fn}: argument '{arg}' is sharded, but {self.kind}'s trust ratio needs the whole "
+                                 "tensor's norm; replicate it")
+            layout = LeafLayout(tuple(p.shape), block_size, tuple(specs), mesh, pspec, axes)
+            check_divisible(layout, fn, arg)
+            layouts.append(layout)
+            slot_trees.append([init_slot(layout, s, _layout.initial_value(
+                self.kind, s, {"initial_accumulator_value": float(self.initial_accumulator_value)}), p) for s in specs])
+        treedef = jax.tree_util.tree_structure(params)
+        slots = {name: treedef.unflatten([t[k] for t in slot_trees]) for k, name in enumerate(names)}
+        return OctoptState(jnp.zeros([], jnp.int32), slots, StateLayout(self.config, names, tuple(layouts)))
+
+    # -- update ---------------------------------------------------------------------------------
+    def update(self, updates: Any, state: OctoptState, params: Any = None) -> tuple[Any, OctoptState]:
+        fn = f"{self.fn}.update"
+        if params is None:
+            raise ValueError(f"{fn}: argument 'params' is required (octopt computes the step from the parameters)")
+        return self._apply(params, updates, state, UPDATES, fn, "updates")
+
+    def fused_step(self, params: Any, grads: Any, state: OctoptState) -> tuple[Any, OctoptState]:
+        if self._fused is None:
+            self._fused = jax.jit(lambda p, g, s: self._apply(p, g, s, PARAMS, f"{self.fn}.step", "grads"),
+                                  donate_argnums=(0, 2))
+        return self._fused(params, grads, state)
+
+    def _hp_operands(self, count: Any) -> tuple[Any, np.ndarray, int]:
+        static = [float(_CORE_DEFAULTS[n]) for n in HP_NAMES]
+        dynamic = [jnp.zeros([], jnp.float32)] * len(HP_NAMES)
+        mask = 0
+        for name, v in self.hp.items():
+            if v is None:
+                continue
+            if name == "learning_rate" and callable(v):
+                v = v(count)  # a schedule, evaluated at the steps taken so far (optax's convention)
+            k = HP_NAMES.index(name)
+            if _is_array(v):
+                dynamic[k] = jnp.asarray(v, jnp.float32).reshape(())
+                mask |= 1 << k
+            else:
+                static[k] = float(v)
+        return jnp.stack(dynamic), np.array(static, np.float64), mask
+
+    def _apply(self, params: Any, grads: Any, state: Any, mode: int, fn: str, grads_arg: str) -> tuple[Any, Any]:
+        ensure_registered(self.fn)
+        p_leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
+        g_leaves, g_def = jax.tree_util.tree_flatten(grads)
+        if g_def != treedef:
+            raise ValueError(f"{fn}: argument '{grads_arg}' has tree structure {g_def} but 'params' has {treedef}")
+        layout = _check_state(state, self.config, treedef, len(p_leaves), fn)
+        slot_leaves = [treedef.flatten_up_to(state.slots[name]) for name in layout.slot_names]
+        step_no = state.count + 1
+        hp_dynamic, hp_static, mask = self._hp_operands(state.count)
+        attrs = dict(kind=_octopt.xla_ffi_kind(self.kind), hp_static=hp_static, dynamic_mask=mask, flags=self.flags,
+                     seed=self.seed, stochastic=self.stochastic is None)
+        calls: dict = {}  # one FFI call per mesh (unsharded parameters: None), over all its parameters
+        for i, ((path, p), g, lay) in enumerate(zip(p_leaves, g_leaves, layout.leaves)):
+            where = jax.tree_util.keystr(path)
+            _check_param(p, fn, f"params{where}")
+            _check_grad(p, g, lay, fn, f"{grads_arg}{where}", f"params{where}")
+            slots = [SlotState(*s[i]) for s in slot_leaves]
+            _check_slots(slots, lay, fn, where)
+            calls.setdefault(lay.mesh, []).append((i, (p, g, slots, lay, i)))
+        done = [None] * len(p_leaves)
+        for group in calls.values():
+            for (i, _), result in zip(group, step_tensors([t for _, t in group], hp_dynamic, step_no, attrs, mode)):
+                done[i] = result
+        outs = [d[0] for d in done]
+        new_slots = [[d[1][k] for d in done] for k in range(len(layout.slot_names))]
+        new_state = OctoptState(step_no, {name: treedef.unflatten(s) for name, s in zip(layout.slot_names, new_slots)},
+                                layout)
+        return treedef.unflatten(outs), new_state
+
+
+def _check_param(p: Any, fn: str, arg: str) -> None:
+    dtype = getattr(p, "dtype", None)
+    if dtype is None or not hasattr(p, "shape"):
+        raise TypeError(f"{fn}: argument '{arg}' must be an array, got {type(p).__name__}")
+    if jnp.dtype(dtype) not in (jnp.float32, jnp.float16, jnp.bfloat16):
+        raise TypeError(f"{fn}: argument '{arg}' must have dtype float32, float16 or bfloat16, got {dtype}")
+
+
+def _check_grad(p: Any, g: Any, lay: LeafLayout, fn: str, arg: str, parg: str) -> None:
+    dtype = getattr(g, "dtype", None)
+    if dtype is None or not hasattr(g, "shape"):
+        raise TypeError(f"{fn}: argument '{arg}' must be an array, got {type(g).__name__}")
+    if jnp.dtype(dtype) not in (jnp.float32, jnp.dtype(p.dtype)):
+        raise TypeError(f"{fn}: argument '{arg}' must be float32 or the parameter's dtype ({p.dtype}), got {dtype}")
+    if tuple(g.shape) != tuple(p.shape):
+        raise ValueError(f"{fn}: argument '{arg}' has shape {tuple(g.shape)} but '{parg}' has {tuple(p.shape)}")
+    if tuple(p.shape) != lay.shape:
+        raise ValueError(f"{fn}: argument '{parg}' has shape {tuple(p.shape)} but the state was made for {lay.shape}")
+
+
+def _check_state(state: Any, config: tuple, treedef: Any, n: int, fn: str) -> StateLayout:
+    if not isinstance(state, OctoptState) or not isinstance(state.layout, StateLayout):
+        raise TypeError(f"{fn}: argument 'state' must be the OctoptState this transformation's init returned, got "
+                        f"{type(state).__name__}")
+    layout = state.layout
+    if layout.config != config:
+        raise ValueError(f"{fn}: argument 'state' was made by another configuration ({layout.config}) than this "
+                         f"transformation's ({config})")
+    if len(layout.leaves) != n or set(state.slots) != set(layout.slot_names):
+        raise ValueError(f"{fn}: argument 'state' holds {len(layout.leaves)} parameters but 'params' has {n}")
+    for name in layout.slot_names:
+        try:
+            treedef.flatten_up_to(state.slots[name])
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{fn}: argument 'state' does not have the tree structure of 'params' "
+                             f"(slot '{name}'): {e}") from None
+    return layout
+
+
+def _check_slots(slots: list, lay: LeafLayout, fn: str, where: str) -> None:
+    for spec, st in zip(lay.specs, slots):
+        data_shape, absmax_shape = lay.slot_shapes(spec)
+        dtype = jnp.float32 if spec.bits == 32 else jnp.uint8
+        if tuple(st.data.shape) != data_shape or jnp.dtype(st.data.dtype) != dtype or (
+                spec.bits != 32 and tuple(st.absmax.shape) != absmax_shape):
+            raise ValueError(f"{fn}: argument 'state' slot '{spec.name}' of 'params{where}' has "
+                             f"{st.data.dtype}{list(st.data.shape)} but this configuration needs "
+                             f"{jnp.dtype(dtype).name}{list(data_shape)} (absmax {list(absmax_shape)})")

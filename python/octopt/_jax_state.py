@@ -1,0 +1,151 @@
+"""octopt.optax's state: a pytree of uint8 codes and float32 absmax arrays per parameter, plus the
+static layout (which optimizer made it, block sizes, shard-local layout) as pytree metadata."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
+
+from . import _layout
+
+
+class SlotState(NamedTuple):
+    """One state slot (exp_avg, exp_avg_sq, momentum_buffer, ...) of one parameter."""
+
+    data: Any  # float32 values (32-bit state) or uint8 codes, in the parameter's shape; 4-bit codes: 1-D, two per byte
+    absmax: Any  # float32, one per block (shard after shard when sharded); empty for 32-bit state
+
+
+@dataclass(frozen=True)
+class LeafLayout:
+    """How one parameter's state is laid out; static (hashable) so that jit sees it as metadata."""
+
+    shape: tuple  # the parameter's (global) shape
+    block_size: int
+    specs: tuple  # _layout.SlotSpec per used slot
+    mesh: Any = None  # jax.sharding.Mesh when the parameter is sharded: each device steps its own shard
+    pspec: Any = None  # the parameter's PartitionSpec
+    axes: tuple = ()  # mesh axes the parameter is split over, in order: the absmax's 1-D sharding
+
+    @property
+    def local_shape(self) -> tuple:
+        if self.mesh is None:
+            return self.shape
+        return tuple(d // _split(self.mesh, e) for d, e in zip(self.shape, _padded(self.pspec, len(self.shape))))
+
+    @property
+    def shards(self) -> int:
+        return 1 if self.mesh is None else math.prod(self.mesh.shape[a] for a in self.axes)
+
+    def slot_shapes(self, spec: _layout.SlotSpec) -> tuple[tuple, tuple]:
+        """(data shape, absmax shape) of a slot."""
+        n = math.prod(self.local_shape)
+        if spec.bits == 32:
+            return self.shape, (0,)
+        blocks = self.shards * -(-n // self.block_size)
+        data = self.shape if spec.bits == 8 else (self.shards * ((n + 1) // 2),)
+        return data, (blocks,)
+
+    def shardings(self, spec: _layout.SlotSpec) -> tuple[Any, Any]:
+        """(data, absmax) PartitionSpecs inside shard_map."""
+        flat = PartitionSpec(self.axes) if self.axes else PartitionSpec()
+        return (self.pspec if spec.bits != 4 else flat), flat
+
+
+@jax.tree_util.register_static
+@dataclass(frozen=True)
+class StateLayout:
+    """Static part of the state: the configuration that made it and each parameter's layout."""
+
+    config: tuple  # (optimizer kind, structural options) of the transformation
+    slot_names: tuple  # names of the state slots, in slot order
+    leaves: tuple  # LeafLayout per parameter leaf, in tree_leaves order
+
+
+class OctoptState(NamedTuple):
+    """The state of an octopt.optax transformation."""
+
+    count: Any  # int32 scalar: steps taken
+    slots: dict  # slot name -> a tree shaped like the params with one SlotState per parameter
+    layout: StateLayout  # static: no leaves
+
+
+def _padded(pspec: Any, ndim: int) -> tuple:
+    entries = tuple(pspec)
+    return entries + (None,) * (ndim - len(entries))
+
+
+def _names(entry: Any) -> tuple:
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, tuple) else (entry,)
+
+
+def _split(mesh: Any, entry: Any) -> int:
+    return math.prod(mesh.shape[a] for a in _names(entry))
+
+
+def leaf_sharding(p: Any) -> tuple[Any, Any, tuple]:
+    """(mesh, PartitionSpec, axes) of a concrete parameter split over a mesh, else (None, None, ())."""
+    sharding = getattr(p, "sharding", None) if isinstance(p, jax.Array) and not isinstance(p, jax.core.Tracer) else None
+    if not isinstance(sharding, NamedSharding) or sharding.is_fully_replicated:
+        return None, None, ()
+    pspec = PartitionSpec(*_padded(sharding.spec, p.ndim))
+    axes = tuple(a for e in pspec for a in _names(e))
+    return sharding.mesh, pspec, axes
+
+
+def check_divisible(layout: LeafLayout, fn: str, arg: str) -> None:
+    if layout.mesh is None:
+        return
+    for d, e in zip(layout.shape, layout.pspec):
+        if d % _split(layout.mesh, e):
+            raise ValueError(f"{fn}: argument '{arg}' of shape {layout.shape} does not split evenly over its "
+                             f"sharding {layout.pspec}")
+
+
+def _device(layout: LeafLayout, pspec: Any, like: Any) -> Any:
+    """Where a state array of this parameter goes: its shard-local sharding, else the parameter's
+    device (replicated over its mesh when the parameter is), else the default device."""
+    if layout.mesh is not None:
+        return NamedSharding(layout.mesh, pspec)
+    if isinstance(like, jax.Array) and not isinstance(like, jax.core.Tracer):
+        sharding = like.sharding
+        if isinstance(sharding, NamedSharding):
+            return NamedSharding(sharding.mesh, PartitionSpec())
+        return sharding
+    return None
+
+
+def init_slot(layout: LeafLayout, spec: _layout.SlotSpec, init: float, like: Any) -> SlotState:
+    """A slot whose every value is ``init``, placed like the parameter ``like``. The arrays are
+    allocated by XLA (not wrapped NumPy memory) so that the fused step can donate them."""
+    data_shape, absmax_shape = layout.slot_shapes(spec)
+    data_spec, absmax_spec = layout.shardings(spec)
+    data_dev, absmax_dev = _device(layout, data_spec, like), _device(layout, absmax_spec, like)
+    if spec.bits == 32:
+        return SlotState(jnp.full(data_shape, init, jnp.float32, device=data_dev),
+                         jnp.zeros(absmax_shape, jnp.float32, device=absmax_dev))
+    code, absmax = _layout.initial_fill(spec, init)
+    return SlotState(jnp.full(data_shape, code, jnp.uint8, device=data_dev),
+                     jnp.full(absmax_shape, absmax, jnp.float32, device=absmax_dev))
+
+
+def _register_flax() -> None:
+    """flax.serialization stores the arrays; the static layout comes back from the restore target."""
+    import importlib.util
+
+    if importlib.util.find_spec("flax") is None:
+        return
+    from flax import serialization
+
+    serialization.register_serialization_state(StateLayout, lambda layout: {}, lambda target, state: target,
+                                               override=True)
+
+
+_register_flax()

@@ -1,0 +1,25 @@
+// Binding of the XLA FFI handler (octopt.optax): the handler as a PyCapsule for
+// jax.ffi.register_ffi_target, and the hyper-parameter order it expects.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <string>
+#include <vector>
+
+#include "exports.hpp"
+#include "ffi_step.hpp"
+#include "octopt/optim.hpp"
+
+void export_ffi(nb::module_& m) {
+#ifdef OCTOPT_HAVE_XLA_FFI
+  m.def("xla_ffi_built", [] { return true; });
+  m.def("xla_ffi_step_cpu", [] { return nb::capsule(octopt_ffi::step_cpu_handler()); },
+        "The CPU step handler (XLA_FFI_Handler*) as a PyCapsule for jax.ffi.register_ffi_target.");
+#else
+  m.def("xla_ffi_built", [] { return false; });
+#endif
+  m.def("xla_ffi_kind", [](const std::string& name) { return int(octopt::parse_optim(name)); }, nb::arg("name"));
+  m.def("xla_ffi_hyperparam_names", [] {
+    return std::vector<std::string>(std::begin(octopt_ffi::kHyperParamNames), std::end(octopt_ffi::kHyperParamNames));
+  });
+}
