@@ -161,6 +161,69 @@ inline void encode_block_stochastic(const Codebook& cb, const Levels& L, const f
 }
 #endif
 
+#if defined(OCTOPT_ISA_AVX512)
+// The search levels of a 256-entry map held in registers (level s: 256/(2s) thresholds).
+struct Tables256 {
+  __m512 l128, l64, l32, l16, l8, l4a, l4b, l2[4], l1[8];
+  explicit Tables256(const Levels& L) {
+    l128 = _mm512_set1_ps(L.lvl[0]);
+    l64 = _mm512_maskz_loadu_ps(0x3, L.lvl + 1);
+    l32 = _mm512_maskz_loadu_ps(0xf, L.lvl + 3);
+    l16 = _mm512_maskz_loadu_ps(0xff, L.lvl + 7);
+    l8 = _mm512_loadu_ps(L.lvl + 15);
+    l4a = _mm512_loadu_ps(L.lvl + 31);
+    l4b = _mm512_loadu_ps(L.lvl + 47);
+    for (int k = 0; k < 4; ++k) l2[k] = _mm512_loadu_ps(L.lvl + 63 + 16 * k);
+    for (int k = 0; k < 8; ++k) l1[k] = _mm512_loadu_ps(L.lvl + 127 + 16 * k);
+  }
+};
+
+// Nearest codes of v[i, i + 16 U) / scale (lanes at or past len are masked off). U independent
+// vectors per call: the eight levels are a dependent chain (about 70 cycles of latency per
+// vector), so interleaving several keeps the permute and compare units busy. Measured on a Zen 5
+// core, one 256-element block L2-resident: U = 4 0.53, U = 8 0.35, U = 16 0.35 ns/element.
+template <int U>
+inline void encode256(const Codebook& cb, const Tables256& T, const float* v, int i, int len, __m512 vs,
+                      std::uint8_t* codes) {
+  const __m512i b5 = _mm512_set1_epi32(32), b6 = _mm512_set1_epi32(64);
+  __mmask16 m[U];
+  __m512 r[U];
+  __m512i c[U];
+  for (int u = 0; u < U; ++u) {
+    const int rem = len - i - 16 * u;
+    m[u] = rem >= 16 ? __mmask16(0xffff) : rem <= 0 ? __mmask16(0) : __mmask16((1u << rem) - 1u);
+    r[u] = _mm512_div_ps(_mm512_maskz_loadu_ps(m[u], v + i + 16 * u), vs);
+    c[u] = _mm512_mask_mov_epi32(_mm512_setzero_si512(), _mm512_cmp_ps_mask(T.l128, r[u], _CMP_LE_OQ),
+                                 _mm512_set1_epi32(128));
+  }
+#define OCTOPT_LEVEL(T_EXPR, S)                                                                           \
+  for (int u = 0; u < U; ++u) {                                                                            \
+    const __m512 t = (T_EXPR);                                                                             \
+    c[u] = _mm512_mask_add_epi32(c[u], _mm512_cmp_ps_mask(t, r[u], _CMP_LE_OQ), c[u], _mm512_set1_epi32(S)); \
+  }
+  OCTOPT_LEVEL(_mm512_permutexvar_ps(_mm512_srli_epi32(c[u], 7), T.l64), 64)
+  OCTOPT_LEVEL(_mm512_permutexvar_ps(_mm512_srli_epi32(c[u], 6), T.l32), 32)
+  OCTOPT_LEVEL(_mm512_permutexvar_ps(_mm512_srli_epi32(c[u], 5), T.l16), 16)
+  OCTOPT_LEVEL(_mm512_permutexvar_ps(_mm512_srli_epi32(c[u], 4), T.l8), 8)
+  OCTOPT_LEVEL(_mm512_permutex2var_ps(T.l4a, _mm512_srli_epi32(c[u], 3), T.l4b), 4)
+  OCTOPT_LEVEL(_mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 2), b5),
+                                    _mm512_permutex2var_ps(T.l2[0], _mm512_srli_epi32(c[u], 2), T.l2[1]),
+                                    _mm512_permutex2var_ps(T.l2[2], _mm512_srli_epi32(c[u], 2), T.l2[3])),
+               2)
+  OCTOPT_LEVEL(_mm512_mask_blend_ps(
+                   _mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b6),
+                   _mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b5),
+                                        _mm512_permutex2var_ps(T.l1[0], _mm512_srli_epi32(c[u], 1), T.l1[1]),
+                                        _mm512_permutex2var_ps(T.l1[2], _mm512_srli_epi32(c[u], 1), T.l1[3])),
+                   _mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b5),
+                                        _mm512_permutex2var_ps(T.l1[4], _mm512_srli_epi32(c[u], 1), T.l1[5]),
+                                        _mm512_permutex2var_ps(T.l1[6], _mm512_srli_epi32(c[u], 1), T.l1[7]))),
+               1)
+#undef OCTOPT_LEVEL
+  for (int u = 0; u < U; ++u) _mm512_mask_cvtepi32_storeu_epi8(codes + i + 16 * u, m[u], apply_floor(cb, r[u], c[u]));
+}
+#endif
+
 // codes[i] = nearest code of v[i] / scale, i < len (one code per byte).
 inline void encode_block(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
                          std::uint8_t* codes) {
@@ -169,57 +232,11 @@ inline void encode_block(const Codebook& cb, const Levels& L, const float* v, in
 #if defined(OCTOPT_ISA_AVX512)
     const __m512 vs = _mm512_set1_ps(scale);
     if (L.size == 256) {
-      const __m512 l128 = _mm512_set1_ps(L.lvl[0]);
-      const __m512 l64 = _mm512_maskz_loadu_ps(0x3, L.lvl + 1);
-      const __m512 l32 = _mm512_maskz_loadu_ps(0xf, L.lvl + 3);
-      const __m512 l16 = _mm512_maskz_loadu_ps(0xff, L.lvl + 7);
-      const __m512 l8 = _mm512_loadu_ps(L.lvl + 15);
-      const __m512 l4a = _mm512_loadu_ps(L.lvl + 31), l4b = _mm512_loadu_ps(L.lvl + 47);
-      __m512 l2[4], l1[8];
-      for (int k = 0; k < 4; ++k) l2[k] = _mm512_loadu_ps(L.lvl + 63 + 16 * k);
-      for (int k = 0; k < 8; ++k) l1[k] = _mm512_loadu_ps(L.lvl + 127 + 16 * k);
-      const __m512i b5 = _mm512_set1_epi32(32), b6 = _mm512_set1_epi32(64);
-      // U independent vectors per iteration: the eight levels are a dependent chain, so
-      // interleaving several keeps the permute and compare units busy.
-      constexpr int U = 4;
-      for (; i < len; i += 16 * U) {
-        __mmask16 m[U];
-        __m512 r[U];
-        __m512i c[U];
-        for (int u = 0; u < U; ++u) {
-          const int rem = len - i - 16 * u;
-          m[u] = rem >= 16 ? __mmask16(0xffff) : rem <= 0 ? __mmask16(0) : __mmask16((1u << rem) - 1u);
-          r[u] = _mm512_div_ps(_mm512_maskz_loadu_ps(m[u], v + i + 16 * u), vs);
-          c[u] = _mm512_mask_mov_epi32(_mm512_setzero_si512(), _mm512_cmp_ps_mask(l128, r[u], _CMP_LE_OQ),
-                                       _mm512_set1_epi32(128));
-        }
-#define OCTOPT_LEVEL(T_EXPR, S)                                                                           \
-  for (int u = 0; u < U; ++u) {                                                                            \
-    const __m512 t = (T_EXPR);                                                                             \
-    c[u] = _mm512_mask_add_epi32(c[u], _mm512_cmp_ps_mask(t, r[u], _CMP_LE_OQ), c[u], _mm512_set1_epi32(S)); \
-  }
-        OCTOPT_LEVEL(_mm512_permutexvar_ps(_mm512_srli_epi32(c[u], 7), l64), 64)
-        OCTOPT_LEVEL(_mm512_permutexvar_ps(_mm512_srli_epi32(c[u], 6), l32), 32)
-        OCTOPT_LEVEL(_mm512_permutexvar_ps(_mm512_srli_epi32(c[u], 5), l16), 16)
-        OCTOPT_LEVEL(_mm512_permutexvar_ps(_mm512_srli_epi32(c[u], 4), l8), 8)
-        OCTOPT_LEVEL(_mm512_permutex2var_ps(l4a, _mm512_srli_epi32(c[u], 3), l4b), 4)
-        OCTOPT_LEVEL(_mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 2), b5),
-                                          _mm512_permutex2var_ps(l2[0], _mm512_srli_epi32(c[u], 2), l2[1]),
-                                          _mm512_permutex2var_ps(l2[2], _mm512_srli_epi32(c[u], 2), l2[3])),
-                     2)
-        OCTOPT_LEVEL(_mm512_mask_blend_ps(
-                         _mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b6),
-                         _mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b5),
-                                              _mm512_permutex2var_ps(l1[0], _mm512_srli_epi32(c[u], 1), l1[1]),
-                                              _mm512_permutex2var_ps(l1[2], _mm512_srli_epi32(c[u], 1), l1[3])),
-                         _mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b5),
-                                              _mm512_permutex2var_ps(l1[4], _mm512_srli_epi32(c[u], 1), l1[5]),
-                                              _mm512_permutex2var_ps(l1[6], _mm512_srli_epi32(c[u], 1), l1[7]))),
-                     1)
-#undef OCTOPT_LEVEL
-        for (int u = 0; u < U; ++u)
-          _mm512_mask_cvtepi32_storeu_epi8(codes + i + 16 * u, m[u], apply_floor(cb, r[u], c[u]));
-      }
+      // whole groups of eight vectors, then the rest of the block (short blocks, partial tails)
+      // two vectors at a time, so that a short block does not pay for eight
+      const Tables256 T(L);
+      for (; i + 128 <= len; i += 128) encode256<8>(cb, T, v, i, len, vs, codes);
+      for (; i < len; i += 32) encode256<2>(cb, T, v, i, len, vs, codes);
       return;
     }
     if (L.size == 16) {

@@ -78,6 +78,20 @@ Scratch& scratch() {
   return *s;
 }
 
+// Software prefetch of a block some distance ahead: the step streams up to six arrays at once
+// (parameter, gradient, codes and absmax of each state), more than the hardware prefetchers
+// follow reliably, and the code lookups stall on the code loads otherwise.
+constexpr int kPrefetchBlocks = 4;
+
+inline void prefetch_range(const void* base, std::int64_t byte0, std::int64_t bytes) {
+#if defined(OCTOPT_X86_KERNELS)
+  const char* p = static_cast<const char*>(base) + byte0;
+  for (std::int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+#else
+  (void)base, (void)byte0, (void)bytes;
+#endif
+}
+
 // Codes of one block (any bits) from float values and their scale; stochastic rounding is scalar.
 void encode_codes(const Codebook& cb, const Levels& L, const float* v, int len, float scale, bool clip,
                   bool stochastic, std::uint64_t key, std::int64_t i0, std::uint8_t* out) {
@@ -107,6 +121,11 @@ std::int64_t quantize(const void* x, DType dtype, std::int64_t n, const Codebook
   for (std::int64_t b = b0; b < b1; ++b) {
     const std::int64_t i0 = b * block_size;
     const int len = int(std::min<std::int64_t>(block_size, n - i0));
+    if (b + kPrefetchBlocks < b1) {
+      const std::int64_t ahead = i0 + std::int64_t(kPrefetchBlocks) * block_size;
+      const std::int64_t size = std::int64_t(dtype_size(dtype));
+      prefetch_range(x, ahead * size, std::min<std::int64_t>(block_size, n - ahead) * size);
+    }
     // float32 input is read in place; 8-bit codes are written straight to the output
     const float* v = s.x;
     if (dtype == DType::f32) v = static_cast<const float*>(x) + i0;
@@ -238,6 +257,21 @@ void direction_loop(const SlotScalars& hs, int len, const float* __restrict p, c
   }
 }
 
+template <DType P, DType G, int kStates>
+inline void prefetch_ahead(const ParamSlot& slot, std::int64_t b, std::int64_t b_end, int bs) {
+  if (b >= b_end) return;
+  const std::int64_t i0 = b * bs;
+  const std::int64_t len = std::min<std::int64_t>(bs, slot.n - i0);
+  prefetch_range(slot.grad, i0 * std::int64_t(dtype_size(G)), len * std::int64_t(dtype_size(G)));
+  prefetch_range(slot.param, i0 * std::int64_t(dtype_size(P)), len * std::int64_t(dtype_size(P)));
+  for (int k = 0; k < kStates; ++k) {
+    const StateBuffer& sb = slot.state[k];
+    if (!sb.data) continue;
+    if (sb.bits == 32) prefetch_range(sb.data, i0 * 4, len * 4);
+    else prefetch_range(sb.data, sb.bits == 8 ? i0 : i0 / 2, sb.bits == 8 ? len : (len + 1) / 2);
+  }
+}
+
 template <OptimKind K, DType P, DType G>
 std::int64_t run_blocks(const StepConfig& cfg, const ParamSlot& slot, std::int64_t b0, std::int64_t b1,
                         OptimPhase phase, double* norms) {
@@ -254,6 +288,7 @@ std::int64_t run_blocks(const StepConfig& cfg, const ParamSlot& slot, std::int64
   for (std::int64_t b = b0; b < b1; ++b) {
     const std::int64_t i0 = b * bs;
     const int len = int(std::min<std::int64_t>(bs, slot.n - i0));
+    prefetch_ahead<P, G, kStates>(slot, b + kPrefetchBlocks, b1, bs);
     const float* g = kDirectG ? static_cast<const float*>(slot.grad) + i0 : s.g;
     if (!kDirectG) load_block<G>(slot.grad, i0, len, s.g);
     if (!is_finite_abs(abs_max(g, len))) {
