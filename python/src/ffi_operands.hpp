@@ -9,6 +9,7 @@
 // writes an operand.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "octopt/optim.hpp"
@@ -48,6 +49,26 @@ ffi::Error check_attrs(const Attrs& a, std::size_t n_hp_dynamic);
 
 // Reads every tensor's buffers (checking dtypes and sizes) into `out` (cleared first).
 ffi::Error take_tensors(const ffi::RemainingArgs& in, const ffi::RemainingRets& res, const Attrs& a, Tensors& out);
+
+// Appends the operands, results and attributes both handlers take to `b` (after their contexts).
+template <class Binding>
+auto bind_step(Binding b) {
+  return std::move(b).template Arg<ffi::Buffer<ffi::F32>>()  // hp_dynamic
+      .template Arg<ffi::Buffer<ffi::S32>>()                // step
+      .RemainingArgs()                                      // per tensor: param, grad, state
+      .RemainingRets()                                      // per tensor: updates or new param, state
+      .template Attr<std::int64_t>("kind")
+      .template Attr<std::int64_t>("mode")
+      .template Attr<ffi::Span<const double>>("hp_static")
+      .template Attr<std::int64_t>("dynamic_mask")
+      .template Attr<std::int64_t>("flags")
+      .template Attr<std::int64_t>("seed")
+      .template Attr<ffi::Span<const std::int64_t>>("block_sizes")
+      .template Attr<ffi::Span<const std::int64_t>>("slot_bits")
+      .template Attr<ffi::Span<const std::int64_t>>("slot_stochastic")
+      .template Attr<ffi::Span<const std::int64_t>>("slot_signed")
+      .template Attr<ffi::Span<const std::int64_t>>("rng_streams");
+}
 
 // The StepConfig of a call (codebooks on the host, in _layout.CODEBOOKS order); step = `step`.
 octopt::StepConfig step_config(const Attrs& a, std::int64_t step);

@@ -86,22 +86,6 @@ ffi::Error StepImpl(ffi::Buffer<ffi::F32> hp_dynamic, ffi::Buffer<ffi::S32> step
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(OctoptStepCpu, StepImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // hp_dynamic
-                                  .Arg<ffi::Buffer<ffi::S32>>()  // step
-                                  .RemainingArgs()               // per tensor: param, grad, state
-                                  .RemainingRets()               // per tensor: updates or new param, state
-                                  .Attr<std::int64_t>("kind")
-                                  .Attr<std::int64_t>("mode")
-                                  .Attr<ffi::Span<const double>>("hp_static")
-                                  .Attr<std::int64_t>("dynamic_mask")
-                                  .Attr<std::int64_t>("flags")
-                                  .Attr<std::int64_t>("seed")
-                                  .Attr<ffi::Span<const std::int64_t>>("block_sizes")
-                                  .Attr<ffi::Span<const std::int64_t>>("slot_bits")
-                                  .Attr<ffi::Span<const std::int64_t>>("slot_stochastic")
-                                  .Attr<ffi::Span<const std::int64_t>>("slot_signed")
-                                  .Attr<ffi::Span<const std::int64_t>>("rng_streams"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(OctoptStepCpu, StepImpl, octopt_ffi::bind_step(ffi::Ffi::Bind()));
 
 void* octopt_ffi::step_cpu_handler() { return reinterpret_cast<void*>(&OctoptStepCpu); }
