@@ -2,16 +2,15 @@
 // work (upload of changed arguments from pinned memory, kernel launches on the caller's stream).
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "check.cuh"
-#include "octopt/blockwise.hpp"
 #include "octopt/optim.hpp"
 #include "optim_kernels.cuh"
+#include "step_layout.cuh"
 
 namespace octopt::cuda {
 
@@ -20,8 +19,6 @@ using detail::check;
 namespace {
 
 constexpr int kRing = 8;  // pinned staging buffers in flight before the host waits for the oldest copy
-
-std::size_t align_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
 
 // Makes `device` current for the scope (plans may live on any GPU), restoring the caller's.
 class DeviceGuard {
@@ -170,119 +167,34 @@ DevicePlan::DevicePlan(const StepConfig& cfg, const ParamSlot* slots, std::size_
     : impl_(new Impl()) {
   Impl& I = *impl_;
   const std::string f(fn);
-  validate_step(cfg, slots, n_slots, fn);
-  if (n_slots > std::size_t(1) << 30) throw std::invalid_argument(f + ": too many tensors");
-  if (n_groups < 1 && n_slots > 0) throw std::invalid_argument(f + ": no parameter groups");
+  const detail::StepLayout L = detail::layout_step(cfg, slots, n_slots, groups, n_groups, fn);
   I.device = device;
   I.kind = cfg.kind;
   I.seed = cfg.seed;
   I.n = int(n_slots);
   I.n_groups = n_groups;
-  const bool norms = cfg.kind == OptimKind::lamb || cfg.kind == OptimKind::lars;
-  const int nstates = optim_num_states(cfg.kind);
-
-  std::vector<detail::DevTensor> tensors(n_slots);
-  std::vector<std::int64_t> tile_offsets(n_slots + 1, 0);
-  std::int64_t blocks = 0, chunks = 0;
-  int max_block = 32;
   for (std::size_t i = 0; i < n_slots; ++i) {
-    const ParamSlot& s = slots[i];
-    if (groups[i] < 0 || groups[i] >= n_groups)
-      throw std::invalid_argument(f + ": tensor " + std::to_string(i) + ": group index out of range");
-    detail::DevTensor& t = tensors[i];
-    std::memset(&t, 0, sizeof t);
-    t.param = s.param;
-    t.n = s.n;
-    t.block_size = s.block_size;
-    t.blocks_per_tile = int(std::max<std::int64_t>(1, detail::kTileElems / s.block_size));
-    t.blocks_per_chunk = int(std::max<std::int64_t>(1, detail::kChunkElems / s.block_size));
-    t.group = groups[i];
-    t.param_dtype = std::int32_t(s.param_dtype);
-    t.rng_stream = s.rng_stream;
-    const std::int64_t nb = num_blocks(s.n, s.block_size);
-    t.block_begin = blocks;
-    t.chunk_begin = chunks;
-    t.n_chunks = (nb + t.blocks_per_chunk - 1) / t.blocks_per_chunk;
-    blocks += nb;
-    chunks += t.n_chunks;
-    for (int k = 0; k < 3; ++k) {
-      t.state[k].data = s.state[k].data;
-      t.state[k].absmax = s.state[k].absmax;
-      t.state[k].bits = s.state[k].bits;
-      t.state[k].codebook = s.state[k].codebook;
-      t.state[k].stochastic = s.state[k].stochastic ? 1 : 0;
-    }
-    tile_offsets[i + 1] = tile_offsets[i] + (nb + t.blocks_per_tile - 1) / t.blocks_per_tile;
-    max_block = std::max(max_block, s.block_size);
-    I.param_dtypes.push_back(s.param_dtype);
-    I.sizes.push_back(s.n);
+    I.param_dtypes.push_back(slots[i].param_dtype);
+    I.sizes.push_back(slots[i].n);
   }
-  I.tiles = tile_offsets[n_slots];
-  if (I.tiles > 0x7fffffff) throw std::invalid_argument(f + ": too many blocks for one launch");
-  I.sizes.shrink_to_fit();
+  I.tiles = L.tables.n_tiles;
+  I.args_bytes = L.args_bytes;
 
-  const int n_stage = norms ? std::max(nstates, 2) : nstates;
-  const std::size_t dyn = sizeof(Codebook) * std::size_t(nstates) + sizeof(float) * std::size_t(max_block) * std::size_t(1 + n_stage);
-  I.args_bytes = detail::args_bytes(I.n, n_groups);
-
-  // One allocation: tensors | tile offsets | codebooks | args | steps | counters | trust |
-  // tile counters | partials. Zeroed once: every counter is zero between steps.
-  std::size_t off = 0;
-  auto take = [&](std::size_t bytes) {
-    const std::size_t at = off;
-    off = align_up(off + bytes, 256);
-    return at;
-  };
-  const std::size_t o_tensors = take(sizeof(detail::DevTensor) * n_slots);
-  const std::size_t o_tiles = take(sizeof(std::int64_t) * (n_slots + 1));
-  const std::size_t o_cb = take(sizeof(Codebook) * std::size_t(std::max(cfg.num_codebooks, 0)));
-  const std::size_t o_args = take(I.args_bytes);
-  const std::size_t o_steps = take(sizeof(std::int64_t) * n_slots);
-  const std::size_t o_counters = take(sizeof(detail::DevCounters));
-  const std::size_t o_trust = take(sizeof(float) * n_slots);
-  const std::size_t o_tile_counters = take(norms ? sizeof(unsigned int) * n_slots : 0);
-  const std::size_t o_block_partials = take(norms ? sizeof(double) * 2 * std::size_t(blocks) : 0);
-  const std::size_t o_chunk_partials = take(norms ? sizeof(double) * 2 * std::size_t(chunks) : 0);
-  const std::size_t total = off;
-
+  // One allocation holds every table, zeroed once: every counter is zero between steps.
   DeviceGuard guard(device);
-  check(cudaMalloc(&I.dev, total), (f + ": cudaMalloc of the device step tables").c_str());
-  auto* base = static_cast<unsigned char*>(I.dev);
-  check(cudaMemset(I.dev, 0, total), (f + ": cudaMemset").c_str());
-  check(cudaMemcpy(base + o_tensors, tensors.data(), sizeof(detail::DevTensor) * n_slots, cudaMemcpyHostToDevice),
-        (f + ": cudaMemcpy(tensors)").c_str());
-  check(cudaMemcpy(base + o_tiles, tile_offsets.data(), sizeof(std::int64_t) * (n_slots + 1), cudaMemcpyHostToDevice),
-        (f + ": cudaMemcpy(tiles)").c_str());
-  if (cfg.num_codebooks > 0)
-    check(cudaMemcpy(base + o_cb, cfg.codebooks, sizeof(Codebook) * std::size_t(cfg.num_codebooks),
-                     cudaMemcpyHostToDevice),
-          (f + ": cudaMemcpy(codebooks)").c_str());
+  check(cudaMalloc(&I.dev, L.total), (f + ": cudaMalloc of the device step tables").c_str());
+  check(cudaMemset(I.dev, 0, L.total), (f + ": cudaMemset").c_str());
+  const std::vector<unsigned char> image = L.image(cfg);
+  check(cudaMemcpy(I.dev, image.data(), image.size(), cudaMemcpyHostToDevice), (f + ": cudaMemcpy(tables)").c_str());
   check(cudaMallocHost(reinterpret_cast<void**>(&I.pinned), I.args_bytes * kRing),
         (f + ": cudaMallocHost of the staging buffers").c_str());
   for (auto& e : I.ring_events) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   check(cudaEventCreateWithFlags(&I.done, cudaEventDisableTiming), "cudaEventCreate");
 
-  detail::Tables& tb = I.tables;
-  tb.kind = cfg.kind;
-  tb.n_tensors = I.n;
-  tb.n_stage = n_stage;
-  tb.n_codebooks_smem = nstates;
-  tb.max_block = max_block;
-  tb.tensors = reinterpret_cast<const detail::DevTensor*>(base + o_tensors);
-  tb.tile_offsets = reinterpret_cast<const std::int64_t*>(base + o_tiles);
-  tb.codebooks = reinterpret_cast<const Codebook*>(base + o_cb);
-  tb.args = base + o_args;
-  tb.steps = reinterpret_cast<std::int64_t*>(base + o_steps);
-  tb.counters = reinterpret_cast<detail::DevCounters*>(base + o_counters);
-  tb.n_tiles = I.tiles;
-  tb.trust = reinterpret_cast<float*>(base + o_trust);
-  tb.tile_counters = norms ? reinterpret_cast<unsigned int*>(base + o_tile_counters) : nullptr;
-  tb.block_partials = norms ? reinterpret_cast<double*>(base + o_block_partials) : nullptr;
-  tb.chunk_partials = norms ? reinterpret_cast<double*>(base + o_chunk_partials) : nullptr;
-  I.dev_args = base + o_args;
-
-  I.smem = dyn;
-  if (dyn + detail::step_kernel_static_smem() > 48 * 1024) detail::set_step_kernel_smem(dyn);
+  I.tables = L.bind(I.dev);
+  I.dev_args = static_cast<unsigned char*>(I.dev) + L.o_args;
+  I.smem = L.smem;
+  detail::reserve_step_smem(L.smem);
 }
 
 DevicePlan::~DevicePlan() = default;

@@ -94,6 +94,9 @@ def test_info_dict():
     assert info["compiler"] and info["simd"]
     assert (info["cuda_devices"] > 0) == info["cuda_available"]
     assert isinstance(info["xla_ffi_built"], bool)
+    assert isinstance(info["xla_ffi_cuda_built"], bool)
+    # the CUDA handler needs both CUDA and the XLA FFI headers
+    assert not info["xla_ffi_cuda_built"] or (info["xla_ffi_built"] and info["cuda_built"])
 
 
 def _rows(stdout: str) -> dict[str, str]:
@@ -113,6 +116,7 @@ def test_cli_info():
     assert rows["CUDA built"].startswith("yes" if octopt.cuda_built() else "no")
     assert rows["CUDA available"].startswith("yes" if octopt.cuda_available() else "no")
     assert rows["XLA FFI handler"].startswith("yes" if info["xla_ffi_built"] else "no")
+    assert rows["XLA FFI handler"].endswith("CUDA)") == info["xla_ffi_cuda_built"]
 
 
 def test_cli_threads_follow_environment():

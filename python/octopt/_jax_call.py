@@ -22,7 +22,8 @@ _registered = False
 
 
 def ensure_registered(fn: str) -> None:
-    """Registers the CPU handler with XLA on first use."""
+    """Registers the handlers with XLA on first use: the CPU one, and the CUDA one when built (under
+    the same target name: XLA picks the handler of the platform the call is compiled for)."""
     global _registered
     if _registered:
         return
@@ -35,7 +36,23 @@ def ensure_registered(fn: str) -> None:
     with _lock:
         if not _registered:
             jax.ffi.register_ffi_target(TARGET, _octopt.xla_ffi_step_cpu(), platform="cpu")
+            if _octopt.xla_ffi_cuda_built():
+                jax.ffi.register_ffi_target(TARGET, _octopt.xla_ffi_step_cuda(), platform="CUDA")
             _registered = True
+
+
+def check_platform(arrays: list, fn: str) -> None:
+    """Raises for concrete arrays on a platform without a handler (traced ones are checked by XLA)."""
+    for a in arrays:
+        if isinstance(a, jax.core.Tracer) or not isinstance(a, jax.Array):
+            continue
+        for d in a.devices():
+            if d.platform == "cpu" or (d.platform in ("gpu", "cuda") and _octopt.xla_ffi_cuda_built()):
+                continue
+            why = ("octopt was built without CUDA" if d.platform in ("gpu", "cuda") else
+                   f"octopt has no handler for platform '{d.platform}'")
+            raise ValueError(f"{fn}: an array is on {d} but {why}; the step runs on the CPU and, when octopt is "
+                             "built with CUDA and jaxlib's headers, on NVIDIA GPUs (see docs/jax.md)")
 
 
 def _shard_map(f: Any, mesh: Any, in_specs: tuple, out_specs: tuple) -> Any:

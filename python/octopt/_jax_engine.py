@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _hparams, _layout, _octopt
-from ._jax_call import FLAGS, HP_NAMES, PARAMS, UPDATES, ensure_registered, step_tensors
+from ._jax_call import FLAGS, HP_NAMES, PARAMS, UPDATES, check_platform, ensure_registered, step_tensors
 from ._jax_state import LeafLayout, OctoptState, SlotState, StateLayout, check_divisible, init_slot, leaf_sharding
 
 # octopt's defaults for the float hyper-parameters an optimizer does not take (HyperParams' own).
@@ -99,6 +99,7 @@ class Engine:
         ensure_registered(self.fn)
         fn = f"{self.fn}.init"
         leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+        check_platform([p for _, p in leaves], fn)
         layouts, slot_trees = [], []
         names = tuple(_layout.SLOTS[self.kind][k][0] for k in _layout.used_slots(self.kind, self.group))
         for path, p in leaves:
@@ -155,6 +156,7 @@ class Engine:
         if g_def != treedef:
             raise ValueError(f"{fn}: argument '{grads_arg}' has tree structure {g_def} but 'params' has {treedef}")
         layout = _check_state(state, self.config, treedef, len(p_leaves), fn)
+        check_platform([p for _, p in p_leaves], fn)
         slot_leaves = [treedef.flatten_up_to(state.slots[name]) for name in layout.slot_names]
         step_no = state.count + 1
         hp_dynamic, hp_static, mask = self._hp_operands(state.count)

@@ -20,7 +20,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
         ("CPU threads", str(i["threads"])),
         ("CUDA built", "yes" + (f" (runtime {i['cuda_runtime']})" if i["cuda_runtime"] else "") if i["cuda_built"] else "no"),
         ("CUDA available", f"yes ({i['cuda_devices']} device(s))" if i["cuda_available"] else "no"),
-        ("XLA FFI handler", "yes (octopt.optax)" if i["xla_ffi_built"] else "no"),
+        ("XLA FFI handler", ("yes (octopt.optax: CPU" + (", CUDA)" if i["xla_ffi_cuda_built"] else ")"))
+         if i["xla_ffi_built"] else "no"),
     ]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:

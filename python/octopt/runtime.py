@@ -46,5 +46,6 @@ def info() -> dict:
         "cuda_runtime": _octopt.cuda_runtime_version() or None,
         "cuda_available": _octopt.cuda_available(),
         "cuda_devices": _octopt.cuda_device_count(),
-        "xla_ffi_built": _octopt.xla_ffi_built(),  # octopt.optax's handler (docs/jax.md)
+        "xla_ffi_built": _octopt.xla_ffi_built(),  # octopt.optax's CPU handler (docs/jax.md)
+        "xla_ffi_cuda_built": _octopt.xla_ffi_cuda_built(),  # and its CUDA handler
     }

@@ -1,4 +1,4 @@
-// Binding of the XLA FFI handler (octopt.optax): the handler as a PyCapsule for
+// Binding of the XLA FFI handlers (octopt.optax): the CPU and, when built, CUDA handlers as PyCapsules for
 // jax.ffi.register_ffi_target, and the hyper-parameter order it expects.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -8,6 +8,7 @@
 
 #include "exports.hpp"
 #include "ffi_step.hpp"
+#include "octopt/numerics/hparam_array.hpp"
 #include "octopt/optim.hpp"
 
 void export_ffi(nb::module_& m) {
@@ -17,6 +18,13 @@ void export_ffi(nb::module_& m) {
         "The CPU step handler (XLA_FFI_Handler*) as a PyCapsule for jax.ffi.register_ffi_target.");
 #else
   m.def("xla_ffi_built", [] { return false; });
+#endif
+#ifdef OCTOPT_HAVE_XLA_FFI_CUDA
+  m.def("xla_ffi_cuda_built", [] { return true; });
+  m.def("xla_ffi_step_cuda", [] { return nb::capsule(octopt_ffi::step_cuda_handler()); },
+        "The CUDA step handler (XLA_FFI_Handler*) as a PyCapsule for jax.ffi.register_ffi_target.");
+#else
+  m.def("xla_ffi_cuda_built", [] { return false; });
 #endif
   m.def("xla_ffi_kind", [](const std::string& name) { return int(octopt::parse_optim(name)); }, nb::arg("name"));
   m.def("xla_ffi_hyperparam_names", [] {

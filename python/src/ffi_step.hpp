@@ -1,32 +1,23 @@
 #pragma once
-// The XLA FFI handler of octopt.optax: one optimizer step of any number of tensors, on the CPU, through the
-// same core as octopt.Optimizer (one octopt::step over their ParamSlots). Declared here without XLA
-// headers so that the binding can export it whether or not it was built.
-#include <cstddef>
+// The XLA FFI handlers of octopt.optax: one optimizer step of any number of tensors, on the CPU
+// (one octopt::step over their ParamSlots, as octopt.Optimizer) and, when built with CUDA, on a GPU
+// (one fused kernel launch, as the CUDA backend). Declared here without XLA headers so that the
+// binding can export them whether or not they were built.
+#include "octopt/numerics/hparam_array.hpp"
 
 namespace octopt_ffi {
 
-// Float hyper-parameters in the order of the handler's `hp_dynamic` operand and `hp_static`
-// attribute (the optax argument names). Python reads this list, so the order lives only here.
-inline constexpr const char* kHyperParamNames[] = {"learning_rate", "b1",      "b2",     "b3",  "eps",
-                                                   "weight_decay",  "momentum", "dampening", "alpha",
-                                                   "lr_decay",      "eta",      "t_alpha", "t_beta3"};
-inline constexpr std::size_t kNumHyperParams = sizeof kHyperParamNames / sizeof *kHyperParamNames;
+// Float hyper-parameters in the order of the handlers' `hp_dynamic` operand and `hp_static`
+// attribute (the optax argument names), and the bits of their `flags` attribute.
+using octopt::kHyperParamNames;
+using octopt::kNumHyperParams;
 
-// Bits of the handler's `flags` attribute.
-enum Flags : long long {
-  kNesterov = 1 << 0,
-  kCentered = 1 << 1,
-  kBiasCorrection = 1 << 2,
-  kMaximize = 1 << 3,
-  kStochasticState = 1 << 4,
-  kStochasticBf16 = 1 << 5,
-};
-
-// What the handler's first result holds (`mode` attribute).
+// What the handlers' first result holds (`mode` attribute).
 enum Mode : long long { kUpdates = 0, kParams = 1 };
 
-// The handler, an XLA_FFI_Handler* (null when octopt was built without the XLA FFI headers).
+// The handlers, as XLA_FFI_Handler* (null when octopt was built without the XLA FFI headers, or,
+// for the CUDA one, without CUDA).
 void* step_cpu_handler();
+void* step_cuda_handler();
 
 }  // namespace octopt_ffi

@@ -1,0 +1,76 @@
+#pragma once
+// What the CPU and CUDA step handlers share: the check of the attributes and the reading of the
+// variadic operands and results into ParamSlots. Operands (both handlers): hp_dynamic
+// (f32[kNumHyperParams]), step (s32[], the step being taken, 1-based), then per tensor: param,
+// grad, and per used state slot its data (f32 values or u8 codes) and, when quantized, its absmax.
+// Results per tensor: the param-dtype tensor (updates p_new - p, or p_new), then its new state in
+// operand order. Results may alias their operands (input_output_aliases); when they do not, the
+// handler copies the operand into the result first (CPU: memcpy; CUDA: on the stream), so it never
+// writes an operand.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "octopt/optim.hpp"
+#include "xla/ffi/api/ffi.h"
+
+namespace octopt_ffi {
+
+namespace ffi = xla::ffi;
+
+inline constexpr const char* kFn = "octopt.optax";
+
+struct Attrs {
+  std::int64_t kind, mode;
+  ffi::Span<const double> hp_static;
+  std::int64_t dynamic_mask, flags, seed;
+  ffi::Span<const std::int64_t> block_sizes, slot_bits, slot_stochastic, slot_signed, rng_streams;
+};
+
+// An operand to copy into its (unaliased) result before the step.
+struct Copy {
+  const void* src;
+  void* dst;
+  std::size_t bytes;
+};
+
+// The tensors of a call: slots point at the results; params_in[t] is tensor t's parameter operand.
+struct Tensors {
+  std::vector<octopt::ParamSlot> slots;
+  std::vector<const void*> params_in;
+  std::vector<Copy> copies;
+};
+
+ffi::Error bad(const std::string& what);
+
+// Checks the attributes that do not depend on the buffers (kind, mode, array lengths).
+ffi::Error check_attrs(const Attrs& a, std::size_t n_hp_dynamic);
+
+// Reads every tensor's buffers (checking dtypes and sizes) into `out` (cleared first).
+ffi::Error take_tensors(const ffi::RemainingArgs& in, const ffi::RemainingRets& res, const Attrs& a, Tensors& out);
+
+// Appends the operands, results and attributes both handlers take to `b` (after their contexts).
+template <class Binding>
+auto bind_step(Binding b) {
+  return std::move(b).template Arg<ffi::Buffer<ffi::F32>>()  // hp_dynamic
+      .template Arg<ffi::Buffer<ffi::S32>>()                // step
+      .RemainingArgs()                                      // per tensor: param, grad, state
+      .RemainingRets()                                      // per tensor: updates or new param, state
+      .template Attr<std::int64_t>("kind")
+      .template Attr<std::int64_t>("mode")
+      .template Attr<ffi::Span<const double>>("hp_static")
+      .template Attr<std::int64_t>("dynamic_mask")
+      .template Attr<std::int64_t>("flags")
+      .template Attr<std::int64_t>("seed")
+      .template Attr<ffi::Span<const std::int64_t>>("block_sizes")
+      .template Attr<ffi::Span<const std::int64_t>>("slot_bits")
+      .template Attr<ffi::Span<const std::int64_t>>("slot_stochastic")
+      .template Attr<ffi::Span<const std::int64_t>>("slot_signed")
+      .template Attr<ffi::Span<const std::int64_t>>("rng_streams");
+}
+
+// The StepConfig of a call (codebooks on the host, in _layout.CODEBOOKS order); step = `step`.
+octopt::StepConfig step_config(const Attrs& a, std::int64_t step);
+
+}  // namespace octopt_ffi
