@@ -162,7 +162,7 @@ struct DevicePlan::Impl {
   }
 };
 
-DevicePlan::DevicePlan(const StepConfig& cfg, const ParamSlot* slots, std::size_t n_slots, const int* groups,
+DevicePlan::DevicePlan(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const int* groups,
                        int n_groups, int device, const char* fn)
     : impl_(new Impl()) {
   Impl& I = *impl_;

@@ -22,7 +22,7 @@ P* at(void* base, std::size_t off) {
 
 }  // namespace
 
-StepLayout layout_step(const StepConfig& cfg, const ParamSlot* slots, std::size_t n_slots, const int* groups,
+StepLayout layout_step(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const int* groups,
                        int n_groups, const char* fn) {
   const std::string f(fn);
   validate_step(cfg, slots, n_slots, fn);
@@ -37,7 +37,7 @@ StepLayout layout_step(const StepConfig& cfg, const ParamSlot* slots, std::size_
   std::int64_t blocks = 0, chunks = 0;
   int max_block = 32;
   for (std::size_t i = 0; i < n_slots; ++i) {
-    const ParamSlot& s = slots[i];
+    const StepTensor& s = slots[i];
     if (groups[i] < 0 || groups[i] >= n_groups)
       throw std::invalid_argument(f + ": tensor " + std::to_string(i) + ": group index out of range");
     DevTensor& t = L.tensors[i];

@@ -1,7 +1,7 @@
 #pragma once
 // Where a fused step's tables live in one device region, and what goes into them: computed on the
 // host from the tensors, then placed either in memory a DevicePlan allocates once (optim.cu) or in
-// scratch memory XLA hands an FFI call (xla_step.cu). The kernels read them through Tables.
+// scratch memory XLA hands an FFI call (scratch_step.cu). The kernels read them through Tables.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -33,7 +33,7 @@ struct StepLayout {
 
 // Validates the tensors (validate_step, group indices) and lays out their tables; throws
 // std::invalid_argument naming `fn`. groups[i] < n_groups is slot i's hyper-parameter group.
-StepLayout layout_step(const StepConfig& cfg, const ParamSlot* slots, std::size_t n_slots, const int* groups,
+StepLayout layout_step(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const int* groups,
                        int n_groups, const char* fn);
 
 // Lets step_kernel use `smem` bytes of dynamic shared memory on the current device (a no-op below

@@ -126,7 +126,7 @@ def test_step_needs_an_octopt_transformation(setup):
 
 
 def test_missing_handler_says_how_to_build_it(monkeypatch):
-    from octopt import _jax_call
+    from octopt.jax import _call as _jax_call
 
     monkeypatch.setattr(_jax_call, "_registered", False)
     monkeypatch.setattr(_jax_call._octopt, "xla_ffi_built", lambda: False)

@@ -19,10 +19,10 @@ namespace {
 // tensors, never on the thread count, so LAMB/LARS norm partials are summed in a fixed order.
 constexpr std::int64_t kChunkElems = 16384;
 
-std::int64_t blocks_per_chunk(const ParamSlot& s) { return std::max<std::int64_t>(1, kChunkElems / s.block_size); }
+std::int64_t blocks_per_chunk(const StepTensor& s) { return std::max<std::int64_t>(1, kChunkElems / s.block_size); }
 
 // One pass over all chunks of all stepped tensors. norms (2 per chunk) only in the norms phase.
-std::int64_t run_pass(const StepConfig& cfg, ParamSlot* slots, std::size_t n_slots, const StepWorkspace& ws,
+std::int64_t run_pass(const StepConfig& cfg, StepTensor* slots, std::size_t n_slots, const StepWorkspace& ws,
                       cpu::OptimPhase phase, double* norms) {
   const std::int64_t total = ws.offsets[n_slots];
   const cpu::Kernels& kernels = cpu::active();
@@ -32,7 +32,7 @@ std::int64_t run_pass(const StepConfig& cfg, ParamSlot* slots, std::size_t n_slo
     std::int64_t local = 0;
     for (std::int64_t c = c0; c < c1; ++c) {
       while (c >= ws.offsets[s + 1]) ++s;
-      const ParamSlot& slot = slots[s];
+      const StepTensor& slot = slots[s];
       const cpu::OptimBlockFn fn = kernels.select_optim(cfg.kind, slot.param_dtype, slot.grad_dtype);
       const std::int64_t per = blocks_per_chunk(slot);
       const std::int64_t b0 = (c - ws.offsets[s]) * per;
@@ -48,13 +48,13 @@ std::int64_t run_pass(const StepConfig& cfg, ParamSlot* slots, std::size_t n_slo
 
 }  // namespace
 
-void validate_step(const StepConfig& cfg, const ParamSlot* slots, std::size_t n_slots, const char* fn) {
+void validate_step(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const char* fn) {
   const std::string f(fn);
   const int nstates = optim_num_states(cfg.kind);
   if (!(cfg.percentile >= 0.0f && cfg.percentile <= 100.0f))
     throw std::invalid_argument(f + ": percentile must be in [0, 100]");
   for (std::size_t i = 0; i < n_slots; ++i) {
-    const ParamSlot& s = slots[i];
+    const StepTensor& s = slots[i];
     const std::string where = f + ": tensor " + std::to_string(i) + ": ";
     if (s.n < 0) throw std::invalid_argument(where + "negative element count");
     validate_block_size(s.block_size, fn);
@@ -78,11 +78,11 @@ void validate_step(const StepConfig& cfg, const ParamSlot* slots, std::size_t n_
   }
 }
 
-std::int64_t count_nonfinite_blocks(const ParamSlot* slots, std::size_t n_slots) {
+std::int64_t count_nonfinite_blocks(const StepTensor* slots, std::size_t n_slots) {
   const cpu::Kernels& kernels = cpu::active();
   std::int64_t bad = 0;
   for (std::size_t i = 0; i < n_slots; ++i) {
-    const ParamSlot& s = slots[i];
+    const StepTensor& s = slots[i];
     if (!s.grad) continue;
     std::atomic<std::int64_t> count{0};
     parallel_for(num_blocks(s.n, s.block_size), blocks_per_chunk(s), [&](std::int64_t b0, std::int64_t b1) {
@@ -93,7 +93,7 @@ std::int64_t count_nonfinite_blocks(const ParamSlot* slots, std::size_t n_slots)
   return bad;
 }
 
-StepResult step(const StepConfig& cfg, ParamSlot* slots, std::size_t n_slots, StepWorkspace& ws) {
+StepResult step(const StepConfig& cfg, StepTensor* slots, std::size_t n_slots, StepWorkspace& ws) {
   validate_step(cfg, slots, n_slots, "step");
   ws.offsets.resize(n_slots + 1);
   ws.offsets[0] = 0;

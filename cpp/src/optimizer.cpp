@@ -198,7 +198,7 @@ std::int64_t Optimizer::step(const std::vector<const float*>& grads) {
     Tensor& t = tensors_[i];
     if (grads[i] != nullptr && grads[i] == t.param && t.n > 0)
       throw std::invalid_argument("step: argument 'grads[" + std::to_string(i) + "]' is the parameter itself");
-    ParamSlot s;
+    StepTensor s;
     s.param = t.param;
     s.grad = grads[i];
     s.n = t.n;

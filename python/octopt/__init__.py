@@ -4,7 +4,7 @@ from ._octopt import version as _version
 from .functional import dequantize_blockwise, quantize_blockwise
 from .maps import dynamic_map, fp8_map, linear_map, log2_map, quantile_map
 from .optimizer import Optimizer
-from .optimizers import LAMB, LARS, SGD, AdEMAMix, Adagrad, Adam, AdamW, Lion, RMSprop
+from .family import LAMB, LARS, SGD, AdEMAMix, Adagrad, Adam, AdamW, Lion, RMSprop
 from .runtime import cmake_dir, cuda_available, cuda_built, get_num_threads, info, set_num_threads
 from .state_file import StateFileError
 

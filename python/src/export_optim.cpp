@@ -34,7 +34,7 @@ class StepPlan {
   // states: one entry per state slot: None, or (bits, codebook, data, absmax-or-None).
   void add_tensor(nb::object param, int block_size, int group, std::vector<nb::object> states) {
     constexpr const char* fn = "Optimizer";
-    octopt::ParamSlot slot;
+    octopt::StepTensor slot;
     nb::ndarray<> p;
     if (!nb::try_cast(param, p)) throw nb::type_error("Optimizer: a parameter is not a writable array");
     const std::string parg = "params[" + std::to_string(slots_.size()) + "]";
@@ -96,7 +96,7 @@ class StepPlan {
     std::vector<nb::object> hold;  // the gradients stay referenced while the GIL is released
     hold.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
-      octopt::ParamSlot& s = slots_[i];
+      octopt::StepTensor& s = slots_[i];
       nb::object g = grads[i];
       s.grad = nullptr;
       if (g.is_none()) continue;
@@ -314,7 +314,7 @@ class StepPlan {
   std::uint64_t seed_;
   std::int64_t global_step_ = 0;
   std::vector<octopt::Codebook> codebooks_;
-  std::vector<octopt::ParamSlot> slots_;
+  std::vector<octopt::StepTensor> slots_;
   std::vector<int> groups_;
   std::vector<nb::object> keep_;
   octopt::StepWorkspace ws_;

@@ -67,7 +67,7 @@ void copy_into(const ffi::AnyBuffer& src, ffi::AnyBuffer& dst, std::vector<Copy>
 }
 
 // Fills one slot from the next buffers.
-ffi::Error take_tensor(Buffers& bufs, const Attrs& a, std::size_t t, octopt::ParamSlot& slot, const void** param_in,
+ffi::Error take_tensor(Buffers& bufs, const Attrs& a, std::size_t t, octopt::StepTensor& slot, const void** param_in,
                        std::vector<Copy>& copies) {
   auto param = bufs.operand();
   auto out = bufs.result();
@@ -143,7 +143,7 @@ ffi::Error check_attrs(const Attrs& a, std::size_t n_hp_dynamic) {
 
 ffi::Error take_tensors(const ffi::RemainingArgs& in, const ffi::RemainingRets& res, const Attrs& a, Tensors& out) {
   const std::size_t n_tensors = a.block_sizes.size();
-  out.slots.assign(n_tensors, octopt::ParamSlot{});
+  out.slots.assign(n_tensors, octopt::StepTensor{});
   out.params_in.assign(n_tensors, nullptr);
   out.copies.clear();
   Buffers bufs(in, res);

@@ -37,7 +37,7 @@ struct Copy {
 
 // The tensors of a call: slots point at the results; params_in[t] is tensor t's parameter operand.
 struct Tensors {
-  std::vector<octopt::ParamSlot> slots;
+  std::vector<octopt::StepTensor> slots;
   std::vector<const void*> params_in;
   std::vector<Copy> copies;
 };

@@ -61,13 +61,13 @@ ffi::Error StepImpl(ffi::Buffer<ffi::F32> hp_dynamic, ffi::Buffer<ffi::S32> step
     thread_local octopt::StepWorkspace ws;
     if (ffi::Error e = octopt_ffi::take_tensors(in, out, a, tensors); !e.success()) return e;
     for (const octopt_ffi::Copy& c : tensors.copies) std::memcpy(c.dst, c.src, c.bytes);
-    for (octopt::ParamSlot& s : tensors.slots) s.scalars = scalars;
+    for (octopt::StepTensor& s : tensors.slots) s.scalars = scalars;
     const std::size_t n_tensors = tensors.slots.size();
     octopt::validate_step(cfg, tensors.slots.data(), n_tensors, kFn);
     octopt::step(cfg, tensors.slots.data(), n_tensors, ws);
     if (mode == octopt_ffi::kUpdates) {
       for (std::size_t t = 0; t < n_tensors; ++t) {
-        const octopt::ParamSlot& s = tensors.slots[t];
+        const octopt::StepTensor& s = tensors.slots[t];
         const void* p = tensors.params_in[t];
         switch (s.param_dtype) {
           case octopt::DType::f32: subtract<octopt::DType::f32>(s.param, p, s.n); break;

@@ -3,7 +3,7 @@
 // attributes as the CPU handler (ffi_operands.hpp). During the call nothing synchronizes with the
 // host, allocates device or pinned memory, or copies from pageable memory: unaliased operands are
 // copied device to device on the stream, and every table of the call lives in XLA's scratch
-// memory (cuda/xla_step.hpp says how it gets there). The step count and the traced
+// memory (cuda/scratch_step.hpp says how it gets there). The step count and the traced
 // hyper-parameters stay on the device, so a step that cannot be taken (a non-finite traced
 // hyper-parameter) cannot raise: it leaves every tensor unchanged (docs/jax.md).
 #include <cuda_runtime.h>
@@ -18,7 +18,7 @@
 #include "ffi_operands.hpp"
 #include "ffi_step.hpp"
 #include "xla/ffi/api/ffi.h"
-#include "xla_step.hpp"
+#include "scratch_step.hpp"
 
 namespace ffi = xla::ffi;
 

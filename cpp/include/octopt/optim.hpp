@@ -41,7 +41,7 @@ struct StateBuffer {
   bool stochastic = false;   // stochastic rounding of this state's codes (also on when StepConfig says so)
 };
 
-struct ParamSlot {
+struct StepTensor {
   void* param = nullptr;
   DType param_dtype = DType::f32;
   const void* grad = nullptr;  // null: this tensor is not stepped (its grad is None)
@@ -77,13 +77,13 @@ struct StepWorkspace {
 
 // Checks slots against the config (dtypes, block sizes, codebooks, bits); throws
 // std::invalid_argument naming `fn`.
-void validate_step(const StepConfig& cfg, const ParamSlot* slots, std::size_t n_slots, const char* fn);
+void validate_step(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const char* fn);
 
 // CPU: steps all slots whose grad is non-null. Slots' scalars.trust is written for LAMB/LARS.
-StepResult step(const StepConfig& cfg, ParamSlot* slots, std::size_t n_slots, StepWorkspace& ws);
+StepResult step(const StepConfig& cfg, StepTensor* slots, std::size_t n_slots, StepWorkspace& ws);
 
 // Counts blocks with a non-finite gradient without changing anything (for strict mode).
-std::int64_t count_nonfinite_blocks(const ParamSlot* slots, std::size_t n_slots);
+std::int64_t count_nonfinite_blocks(const StepTensor* slots, std::size_t n_slots);
 
 // ---- CUDA backend -------------------------------------------------------------------------------
 // The same step on a GPU, enqueued on the caller's stream. A DevicePlan holds a device-resident
@@ -104,7 +104,7 @@ class DevicePlan {
   // slots: device pointers on `device` (param and state buffers; grad pointers are ignored).
   // groups[i] (< n_groups) is the hyper-parameter group of slots[i]. cfg: kind and codebooks
   // (copied to the device); seed keys stochastic rounding. Throws std::invalid_argument naming `fn`.
-  DevicePlan(const StepConfig& cfg, const ParamSlot* slots, std::size_t n_slots, const int* groups, int n_groups,
+  DevicePlan(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const int* groups, int n_groups,
              int device, const char* fn = "Optimizer");
   ~DevicePlan();
   DevicePlan(const DevicePlan&) = delete;

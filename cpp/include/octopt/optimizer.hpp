@@ -89,7 +89,7 @@ class Optimizer {
   std::int64_t global_step_ = 0;
   std::vector<Codebook> codebooks_;  // indexed as Python's _layout.CODEBOOKS
   std::vector<Tensor> tensors_;
-  std::vector<ParamSlot> slots_;  // rebuilt per step from tensors_ (keeps moves safe)
+  std::vector<StepTensor> slots_;  // rebuilt per step from tensors_ (keeps moves safe)
   StepWorkspace ws_;
 };
 

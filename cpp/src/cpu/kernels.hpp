@@ -13,7 +13,7 @@ enum class OptimPhase { single, norms, apply };
 
 struct OptimBuffers;  // per-thread scratch, defined in kernels_impl.cpp
 
-using OptimBlockFn = std::int64_t (*)(const StepConfig& cfg, const ParamSlot& slot, std::int64_t b0, std::int64_t b1,
+using OptimBlockFn = std::int64_t (*)(const StepConfig& cfg, const StepTensor& slot, std::int64_t b0, std::int64_t b1,
                                       OptimPhase phase, double* norms);
 
 struct Kernels {

@@ -196,7 +196,7 @@ OptimScratch& optim_scratch() {
   return *s;
 }
 
-std::uint64_t state_key(const StepConfig& cfg, const ParamSlot& slot, int which) {
+std::uint64_t state_key(const StepConfig& cfg, const StepTensor& slot, int which) {
   return rng_key(cfg.seed ^ mix64(slot.rng_stream + 1), std::uint64_t(cfg.step) * 4u + std::uint64_t(which));
 }
 
@@ -258,7 +258,7 @@ void direction_loop(const SlotScalars& hs, int len, const float* __restrict p, c
 }
 
 template <DType P, DType G, int kStates>
-inline void prefetch_ahead(const ParamSlot& slot, std::int64_t b, std::int64_t b_end, int bs) {
+inline void prefetch_ahead(const StepTensor& slot, std::int64_t b, std::int64_t b_end, int bs) {
   if (b >= b_end) return;
   const std::int64_t i0 = b * bs;
   const std::int64_t len = std::min<std::int64_t>(bs, slot.n - i0);
@@ -273,7 +273,7 @@ inline void prefetch_ahead(const ParamSlot& slot, std::int64_t b, std::int64_t b
 }
 
 template <OptimKind K, DType P, DType G>
-std::int64_t run_blocks(const StepConfig& cfg, const ParamSlot& slot, std::int64_t b0, std::int64_t b1,
+std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int64_t b0, std::int64_t b1,
                         OptimPhase phase, double* norms) {
   OptimScratch& s = optim_scratch();
   const int bs = slot.block_size;

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import optimizers as _core
+from .. import family as _core
 from ._base import TorchOptimizer
 
 

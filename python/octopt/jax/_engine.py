@@ -10,9 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _hparams, _layout, _octopt
-from ._jax_call import FLAGS, HP_NAMES, PARAMS, UPDATES, check_platform, ensure_registered, step_tensors
-from ._jax_state import LeafLayout, OctoptState, SlotState, StateLayout, check_divisible, init_slot, leaf_sharding
+from .. import _hparams, _layout, _octopt
+from ._call import FLAGS, HP_NAMES, PARAMS, UPDATES, check_platform, ensure_registered, step_tensors
+from ._state import LeafLayout, OctoptState, SlotState, StateLayout, check_divisible, init_slot, leaf_sharding
 
 # octopt's defaults for the float hyper-parameters an optimizer does not take (HyperParams' own).
 _CORE_DEFAULTS = dict(learning_rate=1e-3, b1=0.9, b2=0.999, b3=0.9999, eps=1e-8, weight_decay=0.0, momentum=0.0,

@@ -1,7 +1,7 @@
-// Device side of octopt.optax's CUDA XLA FFI handler (xla_step.hpp): the tables of a call written
+// Device side of octopt.optax's CUDA XLA FFI handler (scratch_step.hpp): the tables of a call written
 // into XLA's scratch memory, the device-computed hyper-parameters and step counters, the fused
 // step kernel of the CUDA backend over them, and p_new - p in updates mode.
-#include "xla_step.hpp"
+#include "scratch_step.hpp"
 
 #include <cuda_runtime.h>
 

@@ -9,8 +9,8 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from . import _octopt
-from ._jax_state import SlotState
+from .. import _octopt
+from ._state import SlotState
 
 TARGET = "octopt_step"
 UPDATES, PARAMS = 0, 1  # what the handler's first result holds: p_new - p, or p_new (ffi_step.hpp Mode)

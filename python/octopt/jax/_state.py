@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from . import _layout
+from .. import _layout
 
 
 class SlotState(NamedTuple):
