@@ -217,7 +217,7 @@ def test_state_file_mismatch_refused(examples, tmp_path):
     assert proc.returncode == 2 and "bits=4 in the file but 8 here" in proc.stdout, proc.stdout
     assert not out.exists()
     params, opt = _py_setup(8)
-    with pytest.raises(ValueError, match="bits=4 in the state but 8 here"):
+    with pytest.raises(ValueError, match="bits=4 in the file but 8 here"):
         opt.load(tmp_path / "b4.safetensors")
     # another shape with the same element count
     params, opt = _py_setup(8, shapes=[SHAPES[0], (10, 10), SHAPES[2]])

@@ -14,6 +14,10 @@ bool built() { return false; }
 bool available() { return false; }
 int device_count() { return 0; }
 std::string runtime_version() { return ""; }
+void* device_malloc(std::size_t, int) { no_cuda(); }
+void device_free(void*, int) noexcept {}
+void copy_to_device(void*, const void*, std::size_t, int) { no_cuda(); }
+void copy_to_host(void*, const void*, std::size_t, int) { no_cuda(); }
 
 void quantize_blockwise(const void*, DType, std::int64_t, const Codebook&, int, int, Rounding, std::uint64_t,
                         std::uint8_t*, float*, cudaStream_t) {

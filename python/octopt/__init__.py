@@ -4,23 +4,16 @@ from ._octopt import version as _version
 from .functional import dequantize_blockwise, quantize_blockwise
 from .maps import dynamic_map, fp8_map, linear_map, log2_map, quantile_map
 from .optimizer import Optimizer
-from .family import LAMB, LARS, SGD, AdEMAMix, Adagrad, Adam, AdamW, Lion, RMSprop
+from . import family as _family
+from .family import *  # noqa: F403 - one class per optimizer of the core's table
 from .runtime import cmake_dir, cuda_available, cuda_built, get_num_threads, info, set_num_threads
 from .state_file import StateFileError
 
 __version__ = _version()
 
 __all__ = [
-    "LAMB",
-    "LARS",
-    "SGD",
-    "AdEMAMix",
-    "Adagrad",
-    "Adam",
-    "AdamW",
-    "Lion",
+    *_family.__all__,
     "Optimizer",
-    "RMSprop",
     "__version__",
     "cmake_dir",
     "cuda_available",

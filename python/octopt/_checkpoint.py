@@ -1,27 +1,36 @@
-"""Optimizer state <-> state dicts and state files. Everything is validated before anything changes."""
+"""Optimizer state <-> state dicts (plain Python data) and state files (written and read by the core's
+StepPlan, docs/format.md section 5). Everything is validated before anything changes."""
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import numpy as np
 
-from . import _arrays, _hparams
-
-FORMAT_KEYS = ("octopt.optimizer", "octopt.step", "octopt.hparams", "octopt.tensors")
+from . import _arrays, _hparams, _layout
 
 
-def check_state_dict(opt: Any, sd: Any, fn: str) -> list[tuple[Any, Any]]:
-    """Validates sd against opt; returns the (destination buffer, source array) copies to make."""
+def groups_of(opt: Any) -> list[dict]:
+    """The param groups as plain data: every key, and the indices of the group's parameters."""
+    out = []
+    for gi, g in enumerate(opt.param_groups):
+        h = {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items() if k != "params"}
+        h["params"] = [i for i, t in enumerate(opt._tensors) if t.group == gi]
+        out.append(h)
+    return out
+
+
+def check_state_dict(opt: Any, sd: Any, fn: str) -> tuple[list[tuple[Any, Any]], list[Any]]:
+    """Validates sd against opt; returns the (destination buffer, source array) copies to make and the
+    core HyperParams of each group."""
     if not isinstance(sd, dict) or not {"optimizer", "param_groups", "state"} <= set(sd):
         raise ValueError(f"{fn}: expected a dict with 'optimizer', 'param_groups' and 'state' (from state_dict())")
     if sd["optimizer"] != opt.kind:
         raise ValueError(f"{fn}: the state is for optimizer '{sd['optimizer']}' but this optimizer is '{opt.kind}'")
     state, groups = sd["state"], sd["param_groups"]
     gstep = sd.get("global_step", 0)
-    # the native plan holds it as int64: checked here, before anything changes, not when it is set last
+    # the core holds it as int64: checked here, before anything changes, not when it is set last
     if isinstance(gstep, bool) or not isinstance(gstep, (int, np.integer)) or not 0 <= gstep < 2**63:
         raise ValueError(f"{fn}: bad global step count {gstep!r}")
     if len(state) != len(opt._tensors):
@@ -30,6 +39,7 @@ def check_state_dict(opt: Any, sd: Any, fn: str) -> list[tuple[Any, Any]]:
     if len(groups) != len(opt.param_groups):
         raise ValueError(f"{fn}: the state has {len(groups)} param groups but this optimizer has "
                          f"{len(opt.param_groups)}")
+    hps = []
     for gi, (h, g) in enumerate(zip(groups, opt.param_groups)):
         mine = [i for i, t in enumerate(opt._tensors) if t.group == gi]
         if list(h.get("params", [])) != mine:
@@ -37,10 +47,14 @@ def check_state_dict(opt: Any, sd: Any, fn: str) -> list[tuple[Any, Any]]:
                              f"{mine} here")
         merged = dict(g)
         merged.update({k: (tuple(v) if k == "betas" else v) for k, v in h.items() if k != "params"})
-        _hparams.validate_group(opt.kind, merged, fn)
-        for key in ("bits", "block_size", "min_8bit_size", "first_moment_bits"):
+        hp, _ = _hparams.convert_group(opt.kind, merged, fn)
+        for key in _hparams.LAYOUT_KEYS:
             if key in h and h[key] != g[key]:
                 raise ValueError(f"{fn}: param group {gi} has {key}={h[key]!r} in the state but {g[key]!r} here")
+        if _layout.used_slots(opt.kind, merged) != _layout.used_slots(opt.kind, g):
+            raise ValueError(f"{fn}: param group {gi}: the state's hyper-parameters (momentum, centered) need other "
+                             "state slots than this optimizer's")
+        hps.append(hp)
     copies = []
     for i, (s, t) in enumerate(zip(state, opt._tensors)):
         where = f"{fn}: tensor {i}"
@@ -62,7 +76,7 @@ def check_state_dict(opt: Any, sd: Any, fn: str) -> list[tuple[Any, Any]]:
             copies.append((data, _checked(e.get("data"), data, f"{where} slot '{name}' data")))
             if absmax is not None:
                 copies.append((absmax, _checked(e.get("absmax"), absmax, f"{where} slot '{name}' absmax")))
-    return copies
+    return copies, hps
 
 
 def _checked(src: Any, dst: Any, what: str) -> np.ndarray:
@@ -79,97 +93,25 @@ def _checked(src: Any, dst: Any, what: str) -> np.ndarray:
     return a
 
 
-def _tensor_name(i: int, slot: str, part: str | None) -> str:
-    return f"state.{i}.{slot}" + (f".{part}" if part else "")
-
-
 def save(opt: Any, path: Any) -> None:
-    from . import state_file
-
-    opt._sync_steps()  # CUDA: the step counts live on the device
-
-    tensors: dict[str, np.ndarray] = {}
-    layout = []
-    for i, t in enumerate(opt._tensors):
-        slots = {}
-        for sp in t.specs:
-            data, absmax = t.buffers[sp.index]
-            if absmax is None:
-                tensors[_tensor_name(i, sp.name, None)] = _arrays.to_numpy(data)
-            else:
-                tensors[_tensor_name(i, sp.name, "codes")] = _arrays.to_numpy(data)
-                tensors[_tensor_name(i, sp.name, "absmax")] = _arrays.to_numpy(absmax)
-            slots[sp.name] = {"bits": sp.bits, "block_size": sp.block_size, "map": sp.map_name}
-        layout.append({"numel": t.info.size, "shape": list(t.info.shape), "dtype": t.info.dtype, "step": t.step,
-                       "slots": slots})
-    sd_groups = _groups(opt)
-    metadata = {
-        "octopt.optimizer": opt.kind,
-        "octopt.step": str(int(opt._plan.global_step)),
-        "octopt.hparams": json.dumps(sd_groups, sort_keys=True),
-        "octopt.tensors": json.dumps(layout, sort_keys=True),
-    }
-    state_file.save(os.fspath(path), tensors, metadata)
-
-
-def _groups(opt: Any) -> list[dict]:
-    out = []
-    for gi, g in enumerate(opt.param_groups):
-        h = {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items() if k != "params"}
-        h["params"] = [i for i, t in enumerate(opt._tensors) if t.group == gi]
-        out.append(h)
-    return out
-
-
-def _load(opt: Any, path: Any) -> None:
-    from . import state_file
-
-    fn = "load"
-    tensors, metadata = state_file.load(os.fspath(path))
-    missing = [k for k in FORMAT_KEYS if k not in metadata]
-    if missing:
-        raise state_file.StateFileError(f"{fn}: {os.fspath(path)} is not an octopt optimizer state file "
-                                        f"(metadata lacks {', '.join(missing)})")
-    try:
-        groups = json.loads(metadata["octopt.hparams"])
-        layout = json.loads(metadata["octopt.tensors"])
-        global_step = int(metadata["octopt.step"])
-    except (ValueError, TypeError) as e:
-        raise state_file.StateFileError(f"{fn}: {os.fspath(path)} has malformed octopt metadata: {e}") from e
-    if not isinstance(layout, list) or not isinstance(groups, list):
-        raise state_file.StateFileError(f"{fn}: {os.fspath(path)} has malformed octopt metadata")
-    state = []
-    for i, entry in enumerate(layout):
-        if not isinstance(entry, dict) or not isinstance(entry.get("slots"), dict):
-            raise state_file.StateFileError(f"{fn}: {os.fspath(path)}: tensor {i} has malformed metadata")
-        slots = {}
-        for name, spec in entry["slots"].items():
-            e = dict(spec)
-            if spec.get("bits") == 32:
-                e["data"] = tensors.get(_tensor_name(i, name, None))
-            else:
-                e["data"] = tensors.get(_tensor_name(i, name, "codes"))
-                e["absmax"] = tensors.get(_tensor_name(i, name, "absmax"))
-            slots[name] = e
-        shape = entry.get("shape")
-        t = opt._tensors[i] if i < len(opt._tensors) else None
-        if t is not None and shape is not None and tuple(shape) != tuple(t.info.shape) and \
-                int(entry.get("numel", -1)) == t.info.size:
-            raise ValueError(f"{fn}: tensor {i} has shape {tuple(shape)} in the file but parameter {i} has shape "
-                             f"{tuple(t.info.shape)}")
-        state.append({"step": entry.get("step"), "numel": entry.get("numel"), "slots": slots})
-    sd = {"optimizer": metadata["octopt.optimizer"], "global_step": global_step, "param_groups": groups,
-          "state": state}
-    opt.load_state_dict(sd)
+    opt._plan.save(os.fspath(path))
 
 
 def load(opt: Any, path: Any) -> None:
-    from . import state_file
-
-    # The metadata passed its checksum, but a file octopt did not write may still hold documents of the
-    # wrong shape; whatever that raises while being validated (nothing has changed yet) is a bad file.
-    try:
-        _load(opt, path)
-    except (TypeError, AttributeError, KeyError, IndexError) as e:
-        raise state_file.StateFileError(f"load: {os.fspath(path)} has malformed octopt metadata: "
-                                        f"{type(e).__name__}: {e}") from e
+    opt._plan.load(os.fspath(path))
+    # the core replaced the groups' hyper-parameters: the user-facing dicts follow
+    table = {h["key"]: h for h in _hparams.HPARAMS}
+    for gi, g in enumerate(opt.param_groups):
+        hp = opt._plan.hparams(gi)
+        for key in _hparams.GROUP_KEYS:
+            if key in _hparams.LAYOUT_KEYS:
+                continue
+            if key == "betas":
+                n = 3 if _hparams.TABLE[opt.kind]["num_betas"] == 3 else 2
+                g[key] = (hp.beta1, hp.beta2, hp.beta3)[:n]
+            elif key == "initial_accumulator_value":
+                g[key] = opt._plan.layout_options(gi).initial_accumulator_value
+            else:
+                v = getattr(hp, key)
+                g[key] = None if table[key]["type"] == "optional_real" and v == 0 else v
+        opt._synced[gi] = opt._group_key(g)

@@ -1,105 +1,103 @@
-"""Hyper-parameters of the optimizer family: defaults, validation and conversion for the core."""
+"""Hyper-parameters of the optimizer family as the core's optimizer table defines them: the group keys,
+each optimizer's defaults, and the conversion of a param-group dict into the core's HyperParams and
+LayoutOptions. Ranges are checked by the core (once, where the values are set); this module only checks
+what a conversion needs (numbers are numbers, ``betas`` is a tuple)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from . import _octopt
 
-# Keys a param group may override, beyond "params".
-GROUP_KEYS = (
-    "lr", "betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "alpha", "centered", "lr_decay",
-    "initial_accumulator_value", "eta", "t_alpha", "t_beta3", "bias_correction", "maximize", "bits", "block_size",
-    "min_8bit_size", "first_moment_bits",
-)
+# The core's table (cpp/include/octopt/optim_table.hpp), read once.
+TABLE: dict[str, dict] = {e["name"]: e for e in _octopt.optimizer_table()}
+HPARAMS: list[dict] = list(_octopt.hparam_table())
+_TYPES = {h["key"]: h["type"] for h in HPARAMS}
+
+# Keys of a param group that fix the state layout: set when a group is added, never changed afterwards.
+LAYOUT_KEYS = ("bits", "block_size", "min_8bit_size", "first_moment_bits")
+# Keys a param group may hold, beyond "params": the table's hyper-parameters (the betas as one tuple),
+# Adagrad's initial_accumulator_value and the layout keys.
+GROUP_KEYS = tuple(dict.fromkeys(("betas" if k.startswith("betas[") else k) for k in (h["key"] for h in HPARAMS))) + (
+    "initial_accumulator_value",) + LAYOUT_KEYS
+_REAL_KEYS = tuple(k for k in GROUP_KEYS if _TYPES.get(k) in ("real", "optional_real"))
+_FLAG_KEYS = tuple(k for k in GROUP_KEYS if _TYPES.get(k) == "flag")
+
+# Defaults shared by every optimizer (a default HyperParams and LayoutOptions): the values of the keys an
+# optimizer does not take.
+COMMON_DEFAULTS: dict[str, Any] = dict(TABLE["adam"]["defaults"])
 
 
-def _real(group: dict, key: str, fn: str, lo: float = 0.0, hi: float | None = None, hi_open: bool = False) -> float:
-    v = group[key]
+def defaults(kind: str) -> dict[str, Any]:
+    """Every group key with the optimizer's default."""
+    return dict(TABLE[kind]["defaults"])
+
+
+def _number(v: Any, key: str, fn: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__float__"):
         raise TypeError(f"{fn}: '{key}' must be a number, got {type(v).__name__}")
-    x = float(v)
-    if not math.isfinite(x):
-        raise ValueError(f"{fn}: '{key}' must be finite, got {x}")
-    if x < lo or (hi is not None and (x >= hi if hi_open else x > hi)):
-        bound = f"[{lo}, {hi})" if hi_open else (f"[{lo}, {hi}]" if hi is not None else f">= {lo}")
-        raise ValueError(f"{fn}: '{key}' must be in {bound}, got {x}")
-    return x
+    return float(v)
 
 
-def validate_group(kind: str, group: dict, fn: str) -> None:
-    """Raises TypeError/ValueError naming the bad hyper-parameter."""
-    for key in group:
-        if key != "params" and key not in GROUP_KEYS:
-            raise ValueError(f"{fn}: unknown option '{key}' for {kind}")
-    _real(group, "lr", fn)
-    _real(group, "eps", fn)
-    _real(group, "weight_decay", fn)
+def _layout_int(v: Any, key: str, fn: str, none_ok: bool, message: str) -> int:
+    if v is None and none_ok:
+        return 0
+    limit = 2**63 if key == "min_8bit_size" else 2**31  # the core's integer widths
+    if isinstance(v, bool) or not isinstance(v, int) or not -limit <= v < limit:
+        raise ValueError(f"{fn}: '{key}' must be {message}, got {v!r}")
+    return int(v)
+
+
+def to_core(kind: str, group: dict, fn: str = "step") -> Any:
+    """The group's hyper-parameters as the core's HyperParams (numbers checked to be numbers)."""
+    hp = _octopt.HyperParams()
     betas = group["betas"]
     if not isinstance(betas, (tuple, list)) or len(betas) not in (2, 3):
         raise ValueError(f"{fn}: 'betas' must be a tuple of 2 (or 3 for AdEMAMix) values, got {betas!r}")
-    if kind == "ademamix" and len(betas) != 3:
-        raise ValueError(f"{fn}: 'betas' must be (beta1, beta2, beta3) for AdEMAMix, got {betas!r}")
-    if kind != "ademamix" and len(betas) != 2:  # a third beta would be silently ignored
-        raise ValueError(f"{fn}: 'betas' must be (beta1, beta2) for {kind}, got {betas!r}")
-    for i, b in enumerate(betas):
-        _real({f"betas[{i}]": b}, f"betas[{i}]", fn, 0.0, 1.0, hi_open=True)
-    _real(group, "momentum", fn)
-    _real(group, "dampening", fn, 0.0, 1.0)
-    _real(group, "alpha", fn)
-    if kind == "rmsprop" and group["alpha"] >= 1.0:
-        raise ValueError(f"{fn}: 'alpha' must be in [0, 1) for RMSprop, got {group['alpha']}")
-    _real(group, "lr_decay", fn)
-    _real(group, "initial_accumulator_value", fn)
-    _real(group, "eta", fn)
-    if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
-        raise ValueError(f"{fn}: Nesterov momentum requires momentum > 0 and zero dampening")
-    for key in ("t_alpha", "t_beta3"):
-        if group[key] is not None:
-            _real(group, key, fn)
-    bits = group["bits"]
-    if isinstance(bits, bool) or bits not in (32, 8, 4):
-        raise ValueError(f"{fn}: 'bits' must be 32, 8 or 4, got {bits!r}")
-    fmb = group["first_moment_bits"]
-    if fmb is not None and (isinstance(fmb, bool) or fmb not in (32, 8, 4)):
-        raise ValueError(f"{fn}: 'first_moment_bits' must be None, 32, 8 or 4, got {fmb!r}")
-    bs = group["block_size"]
-    if bs is not None and (isinstance(bs, bool) or not isinstance(bs, int) or bs < 32 or bs > 4096 or bs & (bs - 1)):
-        raise ValueError(f"{fn}: 'block_size' must be a power of two in [32, 4096], got {bs!r}")
-    m8 = group["min_8bit_size"]
-    if isinstance(m8, bool) or not isinstance(m8, int) or m8 < 0:
-        raise ValueError(f"{fn}: 'min_8bit_size' must be an int >= 0, got {m8!r}")
-
-
-def to_core(kind: str, group: dict) -> Any:
-    """The group as the core's HyperParams."""
-    hp = _octopt.HyperParams()
-    hp.lr = float(group["lr"])
-    betas = group["betas"]
-    hp.beta1 = float(betas[0])
-    hp.beta2 = float(betas[1])
-    if len(betas) > 2:
-        hp.beta3 = float(betas[2])
-    hp.eps = float(group["eps"])
-    hp.weight_decay = float(group["weight_decay"])
-    hp.momentum = float(group["momentum"])
-    hp.dampening = float(group["dampening"])
-    hp.nesterov = bool(group["nesterov"])
-    hp.alpha = float(group["alpha"])
-    hp.centered = bool(group["centered"])
-    hp.lr_decay = float(group["lr_decay"])
-    hp.eta = float(group["eta"])
-    hp.t_alpha = float(group["t_alpha"] or 0.0)
-    hp.t_beta3 = float(group["t_beta3"] or 0.0)
-    hp.bias_correction = bool(group["bias_correction"])
-    hp.maximize = bool(group["maximize"])
+    want = 3 if TABLE[kind]["num_betas"] == 3 else 2
+    if len(betas) != want:  # a third beta would be silently ignored
+        what = "(beta1, beta2, beta3) for AdEMAMix" if want == 3 else f"(beta1, beta2) for {kind}"
+        raise ValueError(f"{fn}: 'betas' must be {what}, got {betas!r}")
+    for i, (field, b) in enumerate(zip(("beta1", "beta2", "beta3"), betas)):
+        setattr(hp, field, _number(b, f"betas[{i}]", fn))
+    for key in _REAL_KEYS:
+        v = group[key]
+        if v is None and _TYPES[key] == "optional_real":
+            continue
+        setattr(hp, key, _number(v, key, fn))
+    for key in _FLAG_KEYS:
+        setattr(hp, key, bool(group[key]))
     return hp
 
 
-# Options shared by every optimizer, with their defaults.
-COMMON_DEFAULTS = dict(
-    lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False,
-    alpha=0.99, centered=False, lr_decay=0.0, initial_accumulator_value=0.0, eta=1e-3, t_alpha=None, t_beta3=None,
-    bias_correction=True, maximize=False, bits=8, block_size=None, min_8bit_size=4096, first_moment_bits=None,
-)
+def to_layout(group: dict, fn: str) -> Any:
+    """The group's layout options as the core's LayoutOptions."""
+    lo = _octopt.LayoutOptions()
+    lo.bits = _layout_int(group["bits"], "bits", fn, False, "32, 8 or 4")
+    lo.first_moment_bits = _layout_int(group["first_moment_bits"], "first_moment_bits", fn, True, "None, 32, 8 or 4")
+    lo.block_size = _layout_int(group["block_size"], "block_size", fn, True, "a power of two in [32, 4096]")
+    lo.min_8bit_size = _layout_int(group["min_8bit_size"], "min_8bit_size", fn, False, "an int >= 0")
+    lo.initial_accumulator_value = _number(group["initial_accumulator_value"], "initial_accumulator_value", fn)
+    return lo
+
+
+def check_keys(kind: str, group: dict, fn: str) -> None:
+    for key in group:
+        if key != "params" and key not in GROUP_KEYS:
+            raise ValueError(f"{fn}: unknown option '{key}' for {kind}")
+
+
+def convert_group(kind: str, group: dict, fn: str) -> tuple[Any, Any]:
+    """(HyperParams, LayoutOptions) of a complete group, validated by the core. Raises TypeError/ValueError
+    naming the bad key."""
+    check_keys(kind, group, fn)
+    hp = to_core(kind, group, fn)
+    _octopt.validate_hparams(kind, hp, fn)
+    lo = to_layout(group, fn)
+    _octopt.validate_layout(lo, fn)
+    return hp, lo
+
+
+def validate_group(kind: str, group: dict, fn: str) -> None:
+    """Raises TypeError/ValueError naming the bad hyper-parameter (the core's checks)."""
+    convert_group(kind, group, fn)

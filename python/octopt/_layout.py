@@ -1,4 +1,5 @@
-"""Which state slots an optimizer uses for a tensor, and how each is stored."""
+"""Which state slots an optimizer uses for a tensor, and how each is stored: the core's layout rules
+(optim_table.hpp), read through the binding."""
 
 from __future__ import annotations
 
@@ -6,27 +7,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import maps
+from . import _hparams, _octopt
 
 # Names of the state slots (s0, s1, s2) per optimizer, and whether each holds signed values.
-SLOTS = {
-    "adam": (("exp_avg", True), ("exp_avg_sq", False)),
-    "adamw": (("exp_avg", True), ("exp_avg_sq", False)),
-    "lamb": (("exp_avg", True), ("exp_avg_sq", False)),
-    "ademamix": (("m1", True), ("nu", False), ("m2", True)),
-    "sgd": (("momentum_buffer", True),),
-    "lars": (("momentum_buffer", True),),
-    "lion": (("exp_avg", True),),
-    "rmsprop": (("square_avg", False), ("momentum_buffer", True), ("grad_avg", True)),
-    "adagrad": (("sum", False),),
-}
+SLOTS = {name: tuple((s[0], s[1]) for s in e["slots"]) for name, e in _hparams.TABLE.items()}
 
-FIRST_MOMENTS = ("exp_avg", "m1", "momentum_buffer")
-
-# Codebook registry of a plan: (bits, signed) -> index, and the map each denotes.
-CODEBOOKS = {(8, True): 0, (8, False): 1, (4, True): 2, (4, False): 3}
-MAP_NAMES = {(8, True): "dynamic_signed_8", (8, False): "dynamic_unsigned_8", (4, True): "dynamic_signed_4",
-             (4, False): "log2_step0.8_nozero_4"}
+_RULES = _octopt.layout_rules()
+# The maps of quantized state: (bits, signed) -> name.
+MAP_NAMES = dict(_RULES["maps"])
 
 
 class SlotSpec(NamedTuple):
@@ -41,46 +29,27 @@ class SlotSpec(NamedTuple):
         return "float32" if self.bits == 32 else MAP_NAMES[(self.bits, self.signed)]
 
 
+def layout_slots(kind: str, group: dict, numel: int, fn: str = "Optimizer") -> tuple[int, list[SlotSpec]]:
+    """(block_size, slot specs) of one tensor of this group, as the core lays it out."""
+    hp, lo = _hparams.convert_group(kind, group, fn)
+    block_size, slots = _octopt.layout_tensor(kind, hp, lo, int(numel))
+    return block_size, [SlotSpec(i, name, signed, bits, bs) for i, name, signed, bits, bs, _ in slots]
+
+
 def used_slots(kind: str, group: dict) -> list[int]:
     """State slots this optimizer needs under these hyper-parameters."""
-    if kind in ("sgd", "lars"):
-        return [0] if group["momentum"] != 0 else []
-    if kind == "rmsprop":
-        return [0] + ([1] if group["momentum"] > 0 else []) + ([2] if group["centered"] else [])
-    return list(range(len(SLOTS[kind])))
-
-
-def plan_slots(kind: str, group: dict, numel: int) -> tuple[int, list[SlotSpec]]:
-    """(block_size, slot specs) for one tensor of this group."""
-    bits = group["bits"]
-    if numel < group["min_8bit_size"]:
-        bits = 32  # small tensors keep 32-bit state: their quantization overhead outweighs the saving
-    block_size = group["block_size"] or (128 if bits == 4 else 256)
-    specs = []
-    for k in used_slots(kind, group):
-        name, signed = SLOTS[kind][k]
-        b = bits
-        if name in FIRST_MOMENTS and bits != 32 and group["first_moment_bits"] is not None:
-            b = group["first_moment_bits"]
-        specs.append(SlotSpec(k, name, signed, b, block_size))
-    return block_size, specs
+    return [s.index for s in layout_slots(kind, group, 0)[1]]
 
 
 def slot_map(spec: SlotSpec) -> np.ndarray:
-    """The quantization map of a quantized slot (the table behind CODEBOOKS)."""
-    if (spec.bits, spec.signed) == (4, False):
-        return maps.log2_map(4)
-    return maps.dynamic_map(spec.signed, bits=spec.bits)
+    """The quantization map of a quantized slot."""
+    return np.asarray(_octopt.state_map_values(spec.bits, spec.signed), dtype=np.float32)
 
 
 def initial_fill(spec: SlotSpec, init: float) -> tuple[int, float]:
-    """(code byte, absmax) of a quantized slot whose every value is ``init``: absmax = |init| and
-    the code nearest to sign(init) (0 when init == 0); 4-bit bytes hold the code twice."""
-    q = slot_map(spec)
-    code = int(np.argmin(np.abs(q.astype(np.float64) - (1.0 if init > 0 else 0.0))))
-    if spec.bits == 4:
-        code = code | (code << 4)
-    return code, float(init)
+    """(code byte, absmax) of a quantized slot whose every value is ``init``: absmax = |init| and the code
+    nearest to sign(init) (0 when init == 0); 4-bit bytes hold the code twice."""
+    return int(_octopt.slot_initial_code(spec.bits, spec.signed, float(init))), float(init)
 
 
 def initial_value(kind: str, spec: SlotSpec, group: dict) -> float:

@@ -1,4 +1,6 @@
-"""The framework-neutral optimizer family: params held by reference, stepped in place."""
+"""The framework-neutral optimizer family: a thin front end over the core's StepPlan, which owns the
+layout, the state, the step counters and the files. This module converts arguments and keeps the
+user-facing ``param_groups`` dicts in step with the core's groups."""
 
 from __future__ import annotations
 
@@ -12,22 +14,51 @@ from . import _arrays, _hparams, _layout, _octopt
 
 
 class _TensorState:
-    """One parameter and its optimizer state."""
+    """One parameter and its optimizer state, as the core laid it out."""
 
-    __slots__ = ("param", "info", "group", "block_size", "specs", "buffers", "step")
+    __slots__ = ("param", "info", "group", "block_size", "specs", "buffers", "_owner", "_index")
 
-    def __init__(self, param: Any, info: _arrays.ArrayInfo, group: int, block_size: int, specs: list):
+    def __init__(self, param: Any, info: _arrays.ArrayInfo, group: int, block_size: int, specs: list,
+                 owner: Any = None, index: int = -1):
         self.param = param  # the user's array, held by reference and updated in place
         self.info = info
         self.group = group
         self.block_size = block_size
         self.specs = specs  # _layout.SlotSpec per used state slot
         self.buffers: dict[int, tuple[Any, Any]] = {}  # slot -> (float32 values | uint8 codes, absmax | None)
-        self.step = 0  # steps this tensor has taken (its grad was not None)
+        self._owner = owner
+        self._index = index
+
+    @property
+    def step(self) -> int:
+        """Steps this tensor has taken (its grad was not None); the core's counter."""
+        return int(self._owner._plan.tensor_steps()[self._index])
+
+    @step.setter
+    def step(self, value: int) -> None:
+        plan = self._owner._plan
+        steps = list(plan.tensor_steps())
+        steps[self._index] = int(value)
+        plan.set_tensor_steps(steps, "step")
+
+
+class _LikeAllocator:
+    """The core's state allocator: arrays in the framework and on the device of the parameter being
+    added (set before each add_tensor)."""
+
+    __slots__ = ("like",)
+
+    def __init__(self):
+        self.like: tuple[Any, _arrays.ArrayInfo] | None = None
+
+    def __call__(self, count: int, dtype: str) -> Any:
+        param, info = self.like
+        return _arrays.empty(param, info, (count,), dtype)
 
 
 class Optimizer:
-    """Base of octopt's optimizers. Subclasses set ``kind`` and ``defaults``.
+    """Base of octopt's optimizers. Subclasses (octopt.family) set ``kind`` and ``defaults`` from the
+    core's optimizer table.
 
     ``params`` is an iterable of arrays (NumPy, torch CPU or CUDA tensors, CuPy arrays) or of
     param-group dicts (``{"params": [...], "lr": ..., "bits": ...}``) whose keys override the
@@ -41,13 +72,15 @@ class Optimizer:
     def __init__(self, params: Iterable, *, seed: int = 0, stochastic_rounding: bool | None = None,
                  stochastic_bf16: bool = False, percentile: float = 0.0, strict: bool = False, **options: Any):
         fn = type(self).__name__
-        defaults = dict(_hparams.COMMON_DEFAULTS)
+        defaults = _hparams.defaults(self.kind)
         defaults.update(self.defaults)
         for key in options:
             if key not in defaults:
                 raise TypeError(f"{fn}: unexpected option '{key}'")
         defaults.update(options)
         self._defaults = defaults
+        if isinstance(percentile, bool) or not isinstance(percentile, (int, float)):
+            raise TypeError(f"{fn}: 'percentile' must be a number, got {type(percentile).__name__}")
         if not (0.0 <= float(percentile) <= 100.0):
             raise ValueError(f"{fn}: 'percentile' must be in [0, 100], got {percentile}")
         self.seed = _arrays.check_int(seed, fn, "seed", 0, 2**64 - 1)
@@ -58,17 +91,12 @@ class Optimizer:
         self.strict = bool(strict)
         self.param_groups: list[dict] = []
         self._tensors: list[_TensorState] = []
-        self._plan = _octopt.StepPlan(self.kind, self.seed)
-        for bits, signed in sorted(_layout.CODEBOOKS, key=_layout.CODEBOOKS.get):
-            q = self._map(_layout.SlotSpec(0, "", signed, bits, 0))
-            # unsigned (second-moment) states never round a positive value to zero: see docs/numerics.md
-            self._plan.add_codebook(np.ascontiguousarray(q, dtype=np.float32), bits, not signed)
-        # Held for a whole step: the step counts are read before the native step and advanced after it,
-        # so a second thread getting in between would step with stale counts (the native guard alone
-        # covers only the state buffers).
+        self._alloc = _LikeAllocator()
+        self._plan = _octopt.StepPlan(self.kind, self.seed, self.stochastic_rounding, self.stochastic_bf16,
+                                      self.percentile, self.strict, self._alloc, fn)
+        self._synced: list[tuple] = []  # per group: the values last handed to the core
+        # Held for a whole step, so that a second thread is refused before anything changes.
         self._step_lock = threading.Lock()
-        self._skipped_blocks = 0  # CPU: blocks skipped over all steps because their gradient held NaN/Inf
-        self._last_skipped_blocks = 0
         groups = _as_groups(params, fn)
         if not groups:
             raise ValueError(f"{fn}: got an empty parameter list")
@@ -84,15 +112,11 @@ class Optimizer:
         params = [params] if _arrays.framework_of(params) is not None else list(params)
         full = dict(self._defaults)
         full.update({k: v for k, v in group.items() if k != "params"})
-        full["params"] = params
-        _hparams.validate_group(self.kind, full, fn)
+        hp, lo = _hparams.convert_group(self.kind, full, fn)
         seen = {id(t.param) for t in self._tensors}
-        # views of one array are one parameter: stepping both would update that memory twice per step
-        spans = [(i, _arrays.memory_span(t.param, t.info)) for i, t in enumerate(self._tensors)]
-        gid = len(self.param_groups)
-        new = []
+        infos = []
         for i, p in enumerate(params):
-            arg = f"params[{len(self._tensors) + len(new)}]"
+            arg = f"params[{len(self._tensors) + i}]"
             info = _arrays.check(p, fn, arg, _arrays.FLOAT_DTYPES, writeable=True)
             if info.device == "cuda":
                 if not _octopt.cuda_built():
@@ -100,54 +124,76 @@ class Optimizer:
                 if self.strict:
                     raise ValueError(f"{fn}: argument 'strict' must be False for CUDA parameters (checking the "
                                      "gradients first would synchronize every step); read skipped_blocks instead")
-            where = self._tensors[0].info.where if self._tensors else (new[0].info.where if new else None)
+            where = self._tensors[0].info.where if self._tensors else (infos[0].where if infos else None)
             if where is not None and info.where != where:
-                first = "params[0]"
-                raise ValueError(f"{fn}: argument '{arg}' is on {info.where} but '{first}' is on {where}; "
+                raise ValueError(f"{fn}: argument '{arg}' is on {info.where} but 'params[0]' is on {where}; "
                                  "all parameters of an optimizer must be on one device")
             if id(p) in seen:
                 raise ValueError(f"{fn}: argument '{arg}' appears more than once")
             seen.add(id(p))
-            spans.append((len(self._tensors) + len(new), _arrays.memory_span(p, info)))
-            block_size, specs = _layout.plan_slots(self.kind, full, info.size)
-            new.append(_TensorState(p, info, gid, block_size, specs))
-        _check_disjoint(spans, fn)
-        for t in new:
-            self._allocate(t, full)
-            self._register(t)
-            self._tensors.append(t)
+            infos.append(info)
+        gid = self._plan.add_group(hp, lo, fn)
+        full["params"] = params
         self.param_groups.append(full)
+        self._synced.append(self._group_key(full))
+        for p, info in zip(params, infos):
+            self._alloc.like = (p, info)
+            try:
+                index = self._plan.add_tensor(gid, _arrays.kernel_arg(p), fn)
+            finally:
+                self._alloc.like = None
+            self._tensors.append(self._tensor_state(p, info, gid, index))
 
-    def _allocate(self, t: _TensorState, group: dict) -> None:
-        n = t.info.size
+    def _tensor_state(self, p: Any, info: _arrays.ArrayInfo, gid: int, index: int) -> _TensorState:
+        t = _TensorState(p, info, gid, self._plan.tensor_block_size(index), [], self, index)
+        for slot, name, signed, bits, block_size, _map_name, _stochastic, data, absmax in self._plan.tensor_state(index):
+            t.specs.append(_layout.SlotSpec(slot, name, signed, bits, block_size))
+            t.buffers[slot] = (data, absmax)
+        return t
+
+    def _map(self, spec: _layout.SlotSpec) -> np.ndarray:
+        return _layout.slot_map(spec)
+
+    def _initial_buffers(self, t: _TensorState) -> dict[int, tuple[Any, Any]]:
+        """Fresh arrays holding the initial state of t's slots (what a new optimizer starts from)."""
+        group = self.param_groups[t.group]
+        out = {}
         for spec in t.specs:
             init = _layout.initial_value(self.kind, spec, group)
+            n = t.info.size
             if spec.bits == 32:
                 values = _arrays.empty(t.param, t.info, (n,), "float32")
                 _fill(values, init)
-                t.buffers[spec.index] = (values, None)
+                out[spec.index] = (values, None)
                 continue
             codes = _arrays.empty(t.param, t.info, ((n + 1) // 2 if spec.bits == 4 else n,), "uint8")
             absmax = _arrays.empty(t.param, t.info, (_arrays.num_blocks(n, spec.block_size),), "float32")
             code, _ = _layout.initial_fill(spec, init)
             _fill(codes, code)
             _fill(absmax, init)
-            t.buffers[spec.index] = (codes, absmax)
+            out[spec.index] = (codes, absmax)
+        return out
 
-    def _map(self, spec: _layout.SlotSpec) -> np.ndarray:
-        return _layout.slot_map(spec)
+    # -- hyper-parameters ---------------------------------------------------------------------
+    @staticmethod
+    def _group_key(g: dict) -> tuple:
+        return (len(g), *(g.get(k) for k in _hparams.GROUP_KEYS))  # len: an unknown key added is seen too
 
-    def _register(self, t: _TensorState) -> None:
-        states: list[Any] = [None, None, None]
-        for spec in t.specs:
-            data, absmax = t.buffers[spec.index]
-            cb = 0 if spec.bits == 32 else _layout.CODEBOOKS[(spec.bits, spec.signed)]
-            # 4-bit codes round stochastically unless told otherwise: with 16 levels the bias of
-            # nearest rounding accumulates over steps (docs/decisions.md)
-            stochastic = spec.bits == 4 if self.stochastic_rounding is None else False
-            states[spec.index] = (spec.bits, cb, _arrays.kernel_arg(data),
-                                  None if absmax is None else _arrays.kernel_arg(absmax), stochastic)
-        self._plan.add_tensor(_arrays.kernel_arg(t.param), t.block_size, t.group, states)
+    def _sync_hparams(self, fn: str) -> None:
+        """Hands the groups whose values changed since the last step to the core, which validates them."""
+        for gi, g in enumerate(self.param_groups):
+            key = self._group_key(g)
+            if key == self._synced[gi]:
+                continue
+            lo = self._plan.layout_options(gi)
+            for k in _hparams.LAYOUT_KEYS:
+                here = getattr(lo, k) or None if k in ("block_size", "first_moment_bits") else getattr(lo, k)
+                if g.get(k) != here:
+                    raise ValueError(f"{fn}: param group {gi} has '{k}'={g.get(k)!r} but its state was laid out "
+                                     f"with {here!r}; the state layout cannot change after the group was added")
+            _hparams.check_keys(self.kind, g, fn)
+            self._plan.set_hparams(gi, _hparams.to_core(self.kind, g, fn), fn)
+            self._synced[gi] = key
 
     # -- stepping -----------------------------------------------------------------------------
     @property
@@ -163,36 +209,38 @@ class Optimizer:
     def skipped_blocks(self) -> int:
         """Blocks left unchanged over all steps because their gradient held NaN/Inf. On a GPU
         this reads a device counter, which waits for the enqueued steps."""
-        if self._plan.device >= 0:
-            return int(self._plan.skipped_blocks(False))
-        return self._skipped_blocks
+        return int(self._plan.skipped_blocks(False))
 
     @property
     def last_skipped_blocks(self) -> int:
         """The same count for the last step only."""
-        if self._plan.device >= 0:
-            return int(self._plan.skipped_blocks(True))
-        return self._last_skipped_blocks
+        return int(self._plan.skipped_blocks(True))
 
-    def _cuda_args(self, grads: Iterable, fn: str) -> tuple[list, list]:
-        if _arrays.framework_of(grads) is not None:
-            raise TypeError(f"{fn}: argument 'grads' must be a sequence of arrays, one per parameter")
-        grads = list(grads)
-        if len(grads) != len(self._tensors):
-            raise ValueError(f"{fn}: expected {len(self._tensors)} gradients (one per parameter), got {len(grads)}")
-        for g in self.param_groups:
-            _hparams.validate_group(self.kind, g, fn)
-        return grads, [_hparams.to_core(self.kind, g) for g in self.param_groups]
+    @property
+    def global_step(self) -> int:
+        """Steps taken by the optimizer (keys stochastic rounding)."""
+        return int(self._plan.global_step)
+
+    @global_step.setter
+    def global_step(self, value: int) -> None:
+        self._plan.global_step = int(value)
+
+    def _grads(self, grads: Any, fn: str) -> Any:
+        if not isinstance(grads, (list, tuple)):
+            if _arrays.framework_of(grads) is not None or isinstance(grads, (str, bytes, dict)):
+                raise TypeError(f"{fn}: argument 'grads' must be a sequence of arrays, one per parameter")
+            grads = list(grads)
+        return grads
 
     def upload(self, grads: Iterable, stream: Any = None) -> None:
         """CUDA only: uploads the gradients' addresses and the current hyper-parameters to the
         device without stepping, on ``stream`` (None: the framework's current stream). This is how
         a step captured in a CUDA graph sees a new learning rate: change ``param_groups``, call
         ``upload`` with the same gradients, replay."""
-        grads, hps = self._cuda_args(grads, "upload")
+        grads = self._grads(grads, "upload")
+        self._sync_hparams("upload")
         handle = _arrays.stream_handle(self._tensors[0].info, stream, "upload")
-        kgrads = [_arrays.kernel_arg(g) if g is not None else None for g in grads]
-        self._plan.upload(kgrads, hps, bool(self.stochastic_rounding), self.stochastic_bf16, self.percentile, handle)
+        self._plan.upload([_arrays.kernel_arg(g) if g is not None else None for g in grads], handle)
 
     def step(self, grads: Iterable, stream: Any = None) -> int | None:
         """Updates every parameter in place from its gradient (None: skip that parameter).
@@ -207,62 +255,45 @@ class Optimizer:
         if not self._step_lock.acquire(blocking=False):
             raise RuntimeError("step: this optimizer is already being stepped by another thread")
         try:
-            return self._step(grads, stream)
+            grads = self._grads(grads, "step")
+            self._sync_hparams("step")
+            info = self._tensors[0].info
+            if info.device == "cpu":
+                if info.framework == "torch":
+                    grads = [g.detach() if g is not None else None for g in grads]
+                return int(self._plan.step(grads, 0))
+            handle = _arrays.stream_handle(info, stream, "step")
+            self._plan.step([_arrays.kernel_arg(g) if g is not None else None for g in grads], handle)
+            return None
         finally:
             self._step_lock.release()
 
-    def _step(self, grads: Iterable, stream: Any) -> int | None:
-        if _arrays.framework_of(grads) is not None:
-            raise TypeError("step: argument 'grads' must be a sequence of arrays, one per parameter")
-        grads = list(grads)
-        if len(grads) != len(self._tensors):
-            raise ValueError(f"step: expected {len(self._tensors)} gradients (one per parameter), got {len(grads)}")
-        for i, (t, g) in enumerate(zip(self._tensors, grads)):
-            shape = getattr(g, "shape", None)
-            if shape is not None and tuple(shape) != t.info.shape:
-                size = _arrays.prod(tuple(shape))
-                sizes = f" ({size} vs {t.info.size} elements)" if size != t.info.size else ""
-                raise ValueError(f"step: argument 'grads[{i}]' has shape {tuple(shape)} but parameter {i} "
-                                 f"has shape {t.info.shape}{sizes}")
-        for g in self.param_groups:
-            _hparams.validate_group(self.kind, g, "step")
-        hps = [_hparams.to_core(self.kind, g) for g in self.param_groups]
-        steps = np.fromiter((t.step + (g is not None) for t, g in zip(self._tensors, grads)), dtype=np.int64,
-                            count=len(grads))
-        kgrads = [_arrays.kernel_arg(g) if g is not None else None for g in grads]
-        handle = _arrays.stream_handle(self._tensors[0].info, stream, "step")
-        skipped = self._plan.step(kgrads, steps, hps, self.strict, bool(self.stochastic_rounding), self.stochastic_bf16,
-                                  self.percentile, handle)
-        for t, g in zip(self._tensors, grads):
-            if g is not None:
-                t.step += 1  # CUDA: the device counters are authoritative (graph replays advance them too)
-        if self._plan.device >= 0:
-            return None
-        self._last_skipped_blocks = int(skipped)
-        self._skipped_blocks += int(skipped)
-        return int(skipped)
+    def step_addresses(self, addresses: list, dtypes: list, stream: int = 0) -> int:
+        """The adapters' hot path: one step from gradient addresses (0: no gradient) and dtype codes
+        (0 float32, 1 float16, 2 bfloat16) that the caller has checked against the parameters (dtype, shape,
+        device, C-contiguity) and keeps alive for the call. Returns what step() returns (CUDA: -1)."""
+        if not self._step_lock.acquire(blocking=False):
+            raise RuntimeError("step: this optimizer is already being stepped by another thread")
+        try:
+            self._sync_hparams("step")
+            return int(self._plan.step_addresses(addresses, dtypes, stream))
+        finally:
+            self._step_lock.release()
 
     def _sync_steps(self) -> None:
-        """CUDA: refreshes the per-tensor step counts from the device (waits for enqueued steps)."""
-        if self._plan.device >= 0:
-            for t, s in zip(self._tensors, self._plan.device_steps()):
-                t.step = int(s)
+        """Kept for callers of the previous design: the core's counters are always current."""
 
     # -- introspection ------------------------------------------------------------------------
     def state_bytes(self) -> int:
         """Exact bytes of allocated optimizer state (codes, absmax and 32-bit buffers)."""
-        total = 0
-        for t in self._tensors:
-            for data, absmax in t.buffers.values():
-                total += _nbytes(data) + (0 if absmax is None else _nbytes(absmax))
-        return total
+        return int(self._plan.state_bytes())
 
     def state_layout(self) -> list[dict]:
         """Per parameter: its slots with bits, block size and map."""
-        self._sync_steps()
-        return [{"numel": t.info.size, "step": t.step,
-                 "slots": {s.name: {"bits": s.bits, "block_size": s.block_size, "map": s.map_name} for s in t.specs}}
-                for t in self._tensors]
+        steps = self._plan.tensor_steps()
+        return [{"numel": t.info.size, "step": int(s),
+                 "slots": {p.name: {"bits": p.bits, "block_size": p.block_size, "map": p.map_name} for p in t.specs}}
+                for t, s in zip(self._tensors, steps)]
 
     def trust_ratios(self) -> list[float]:
         """LAMB/LARS: the trust ratio each tensor used in the last step."""
@@ -271,9 +302,11 @@ class Optimizer:
     # -- state dicts --------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Plain data: hyper-parameters, per-tensor step counts and copies of the state arrays."""
-        self._sync_steps()
+        from ._checkpoint import groups_of
+
+        steps = self._plan.tensor_steps()
         state = []
-        for t in self._tensors:
+        for t, step in zip(self._tensors, steps):
             slots = {}
             for s in t.specs:
                 data, absmax = t.buffers[s.index]
@@ -281,31 +314,28 @@ class Optimizer:
                 if absmax is not None:
                     entry["absmax"] = _copy(absmax)
                 slots[s.name] = entry
-            state.append({"step": t.step, "numel": t.info.size, "slots": slots})
-        from ._checkpoint import _groups
-
-        return {"optimizer": self.kind, "global_step": int(self._plan.global_step), "param_groups": _groups(self),
+            state.append({"step": int(step), "numel": t.info.size, "slots": slots})
+        return {"optimizer": self.kind, "global_step": self.global_step, "param_groups": groups_of(self),
                 "state": state}
 
     def load_state_dict(self, sd: dict) -> None:
         """Restores state_dict() output. Everything is validated before anything changes."""
         from ._checkpoint import check_state_dict
 
-        pending = check_state_dict(self, sd, "load_state_dict")
+        pending, hps = check_state_dict(self, sd, "load_state_dict")
         for dst, src in pending:
             _copy_into(dst, src)
-        for t, s in zip(self._tensors, sd["state"]):
-            t.step = int(s["step"])
-        if self._plan.device >= 0:
-            self._plan.set_device_steps([t.step for t in self._tensors])
-        for g, h in zip(self.param_groups, sd["param_groups"]):
+        self._plan.set_tensor_steps([int(s["step"]) for s in sd["state"]], "load_state_dict")
+        for gi, (g, h) in enumerate(zip(self.param_groups, sd["param_groups"])):
             for k, v in h.items():
                 if k != "params":
                     g[k] = tuple(v) if k == "betas" else v
+            self._plan.set_hparams(gi, hps[gi], "load_state_dict")
+            self._synced[gi] = self._group_key(g)
         self._plan.global_step = int(sd.get("global_step", 0))
 
     def save(self, path: Any) -> None:
-        """Writes the state to a safetensors-compatible file, atomically."""
+        """Writes the state to a safetensors-compatible file, atomically (the core's state file)."""
         from ._checkpoint import save
 
         save(self, path)
@@ -336,27 +366,11 @@ def _as_groups(params: Any, fn: str) -> list[dict]:
     return [{"params": items}] if items else []
 
 
-def _check_disjoint(spans: list, fn: str) -> None:
-    """Raises naming the later of two parameters whose memory overlaps."""
-    ordered = sorted((s[:2], s[2], s[3], i) for i, s in spans if s is not None)
-    for prev, cur in zip(ordered, ordered[1:]):
-        if prev[0] == cur[0] and cur[1] < prev[2]:
-            i, j = max(prev[3], cur[3]), min(prev[3], cur[3])
-            raise ValueError(f"{fn}: argument 'params[{i}]' overlaps the memory of params[{j}] (views of one "
-                             "array); pass each parameter once")
-
-
 def _fill(a: Any, value: float) -> None:
     if _arrays.framework_of(a) == "torch":
         a.fill_(value)
     else:
         a.fill(value)
-
-
-def _nbytes(a: Any) -> int:
-    if _arrays.framework_of(a) == "torch":
-        return a.numel() * a.element_size()
-    return int(a.nbytes)
 
 
 def _copy(a: Any) -> Any:

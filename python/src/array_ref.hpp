@@ -70,14 +70,16 @@ inline void require_same_device(const ArrayRef& a, const ArrayRef& b, const char
 }
 
 // A gradient must not share memory with its parameter: the step would read values it has written.
-inline void check_grad_alias(const char* fn, const std::string& arg, const void* grad, std::size_t grad_bytes,
+// `index`: the gradient's position in 'grads' (its name is built only for the message).
+inline void check_grad_alias(const char* fn, std::size_t index, const void* grad, std::size_t grad_bytes,
                              const void* param, std::size_t param_bytes) {
   if (!grad_bytes || !param_bytes) return;
   const auto g = reinterpret_cast<std::uintptr_t>(grad), p = reinterpret_cast<std::uintptr_t>(param);
+  if (!(g < p + param_bytes && p < g + grad_bytes)) return;
+  const std::string arg = "grads[" + std::to_string(index) + "]";
   if (g == p)
     throw std::invalid_argument(std::string(fn) + ": argument '" + arg + "' is the parameter itself (aliased memory)");
-  if (g < p + param_bytes && p < g + grad_bytes)
-    throw std::invalid_argument(std::string(fn) + ": argument '" + arg + "' overlaps its parameter's memory (aliased)");
+  throw std::invalid_argument(std::string(fn) + ": argument '" + arg + "' overlaps its parameter's memory (aliased)");
 }
 
 inline octopt::cudaStream_t as_stream(std::uintptr_t handle) { return reinterpret_cast<octopt::cudaStream_t>(handle); }

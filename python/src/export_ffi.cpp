@@ -1,5 +1,6 @@
 // Binding of the XLA FFI handlers (octopt.optax): the CPU and, when built, CUDA handlers as PyCapsules for
 // jax.ffi.register_ffi_target, and the hyper-parameter order it expects.
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -27,7 +28,13 @@ void export_ffi(nb::module_& m) {
   m.def("xla_ffi_cuda_built", [] { return false; });
 #endif
   m.def("xla_ffi_kind", [](const std::string& name) { return int(octopt::parse_optim(name)); }, nb::arg("name"));
-  m.def("xla_ffi_hyperparam_names", [] {
-    return std::vector<std::string>(std::begin(octopt_ffi::kHyperParamNames), std::end(octopt_ffi::kHyperParamNames));
+  m.def("xla_ffi_hyperparam_names", [] { return octopt::hparam_array_names(); });
+  m.def("xla_ffi_flag_bits", [] {
+    std::vector<std::pair<std::string, long long>> out;
+    long long bit = 1;
+    for (const std::string& name : octopt::hparam_flag_names()) out.emplace_back(name, bit), bit <<= 1;
+    out.emplace_back("stochastic_state", octopt::kHpStochasticState);
+    out.emplace_back("stochastic_bf16", octopt::kHpStochasticBf16);
+    return out;
   });
 }

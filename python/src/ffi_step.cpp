@@ -48,7 +48,7 @@ ffi::Error StepImpl(ffi::Buffer<ffi::F32> hp_dynamic, ffi::Buffer<ffi::S32> step
   for (std::size_t k = 0; k < kNumHyperParams; ++k) {
     hp[k] = (dynamic_mask >> k) & 1 ? double(hp_dynamic.typed_data()[k]) : hp_static[k];
     if (!std::isfinite(hp[k]))
-      return bad(std::string("hyper-parameter '") + octopt::kHyperParamNames[k] + "' must be finite, got " +
+      return bad(std::string("hyper-parameter '") + octopt::hparam_array_names()[k] + "' must be finite, got " +
                  std::to_string(hp[k]));
   }
   const octopt::HyperParams h = octopt::hparams_from_array(hp, flags);

@@ -4,12 +4,12 @@
 // (one fused kernel launch, as the CUDA backend). Declared here without XLA headers so that the
 // binding can export them whether or not they were built.
 #include "octopt/numerics/hparam_array.hpp"
+#include "octopt/optim_table.hpp"
 
 namespace octopt_ffi {
 
 // Float hyper-parameters in the order of the handlers' `hp_dynamic` operand and `hp_static`
 // attribute (the optax argument names), and the bits of their `flags` attribute.
-using octopt::kHyperParamNames;
 using octopt::kNumHyperParams;
 
 // What the handlers' first result holds (`mode` attribute).

@@ -46,7 +46,7 @@ ffi::Error StepCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi:
   // The static hyper-parameters can be checked here; the traced ones only on the device.
   for (std::size_t k = 0; k < kNumHyperParams; ++k)
     if (!((dynamic_mask >> k) & 1) && !std::isfinite(hp_static[k]))
-      return bad(std::string("hyper-parameter '") + octopt::kHyperParamNames[k] + "' must be finite, got " +
+      return bad(std::string("hyper-parameter '") + octopt::hparam_array_names()[k] + "' must be finite, got " +
                  std::to_string(hp_static[k]));
   try {
     thread_local octopt_ffi::Tensors tensors;  // per thread: XLA may run custom calls concurrently

@@ -5,7 +5,8 @@ NB_MODULE(_octopt, m) {
   export_runtime(m);
   export_qmap(m);
   export_blockwise(m);
-  export_optim(m);
+  export_optim_table(m);
+  export_step_plan(m);
   export_state_io(m);
   export_ffi(m);
 }

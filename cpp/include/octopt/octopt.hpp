@@ -2,9 +2,11 @@
 // Umbrella header of the octopt C++ API.
 #include "blockwise.hpp"
 #include "dtype.hpp"
+#include "optim_table.hpp"
 #include "optimizer.hpp"
 #include "qmap.hpp"
 #include "runtime.hpp"
 #include "state_io.hpp"
+#include "step_plan.hpp"
 #include "threading.hpp"
 #include "version.hpp"

@@ -1,5 +1,6 @@
 #pragma once
 // What this build of octopt is and what the machine under it offers.
+#include <cstddef>
 #include <string>
 
 namespace octopt {
@@ -17,6 +18,12 @@ bool built();      // compiled with CUDA kernels
 bool available();  // built, and a CUDA device is usable now (never throws)
 int device_count();  // 0 when unavailable
 std::string runtime_version();  // "" without CUDA
+// Device memory and synchronous copies (construction, save, load; never inside a step). Each runs
+// on `device` and restores the caller's current device. Without CUDA they throw.
+void* device_malloc(std::size_t bytes, int device);
+void device_free(void* p, int device) noexcept;
+void copy_to_device(void* dst, const void* src, std::size_t bytes, int device);
+void copy_to_host(void* dst, const void* src, std::size_t bytes, int device);
 }  // namespace cuda
 
 }  // namespace octopt

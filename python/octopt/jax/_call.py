@@ -14,7 +14,7 @@ from ._state import SlotState
 
 TARGET = "octopt_step"
 UPDATES, PARAMS = 0, 1  # what the handler's first result holds: p_new - p, or p_new (ffi_step.hpp Mode)
-FLAGS = dict(nesterov=1, centered=2, bias_correction=4, maximize=8, stochastic_state=16, stochastic_bf16=32)
+FLAGS = dict(_octopt.xla_ffi_flag_bits())  # bit of each flag in the handlers' `flags` attribute
 HP_NAMES = tuple(_octopt.xla_ffi_hyperparam_names())
 
 _lock = threading.Lock()

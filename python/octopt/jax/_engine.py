@@ -14,11 +14,10 @@ from .. import _hparams, _layout, _octopt
 from ._call import FLAGS, HP_NAMES, PARAMS, UPDATES, check_platform, ensure_registered, step_tensors
 from ._state import LeafLayout, OctoptState, SlotState, StateLayout, check_divisible, init_slot, leaf_sharding
 
-# octopt's defaults for the float hyper-parameters an optimizer does not take (HyperParams' own).
-_CORE_DEFAULTS = dict(learning_rate=1e-3, b1=0.9, b2=0.999, b3=0.9999, eps=1e-8, weight_decay=0.0, momentum=0.0,
-                      dampening=0.0, alpha=0.99, lr_decay=0.0, eta=1e-3, t_alpha=0.0, t_beta3=0.0)
-# range of each float hyper-parameter: (low, high, high is open)
-_RANGES = dict(b1=(0.0, 1.0, True), b2=(0.0, 1.0, True), b3=(0.0, 1.0, True), dampening=(0.0, 1.0, False))
+# The core's table: each float hyper-parameter by its optax name, with its default (a default
+# HyperParams': the value an optimizer that does not take it steps with) and its range.
+_HP_TABLE = {h["optax_key"]: h for h in _hparams.HPARAMS if h["type"] != "flag"}
+_CORE_DEFAULTS = {name: float(getattr(_octopt.HyperParams(), h["field"])) for name, h in _HP_TABLE.items()}
 
 
 def _is_array(v: Any) -> bool:
@@ -35,7 +34,9 @@ def _check_real(v: Any, fn: str, name: str, kind: str) -> None:
     x = float(v)
     if not math.isfinite(x):
         raise ValueError(f"{fn}: argument '{name}' must be finite, got {x}")
-    lo, hi, hi_open = _RANGES.get(name, (0.0, None, False))
+    h = _HP_TABLE.get(name)
+    lo, hi, hi_open = (h["lo"], h["hi"], h["hi_open"]) if h is not None else (0.0, math.inf, False)
+    hi = None if math.isinf(hi) else hi
     if (kind, name) == ("rmsprop", "alpha"):  # a smoothing constant (AdEMAMix's alpha is a mixing weight)
         lo, hi, hi_open = 0.0, 1.0, True
     if x < lo or (hi is not None and (x >= hi if hi_open else x > hi)):
@@ -67,8 +68,7 @@ class Engine:
         self.initial_accumulator_value = hp.pop("initial_accumulator_value", 0.0)
         opts = {k: _static_int(options.get(k), fn, k) for k in ("bits", "block_size", "min_8bit_size",
                                                                    "first_moment_bits", "seed")}
-        group = dict(_hparams.COMMON_DEFAULTS)
-        group["betas"] = (0.9, 0.999, 0.9999) if kind == "ademamix" else (0.9, 0.999)  # checked by _check_real
+        group = _hparams.defaults(kind)  # the hyper-parameters themselves are checked by _check_real
         group.update(bits=32 if opts["bits"] is None else opts["bits"], block_size=opts["block_size"],
                      first_moment_bits=opts["first_moment_bits"],
                      min_8bit_size=4096 if opts["min_8bit_size"] is None else opts["min_8bit_size"])
@@ -105,7 +105,7 @@ class Engine:
         for path, p in leaves:
             arg = f"params{jax.tree_util.keystr(path)}"
             _check_param(p, fn, arg)
-            block_size, specs = _layout.plan_slots(self.kind, self.group, math.prod(p.shape))
+            block_size, specs = _layout.layout_slots(self.kind, self.group, math.prod(p.shape), fn)
             mesh, pspec, axes = leaf_sharding(p)
             if mesh is not None and self.kind in ("lamb", "lars"):
                 raise ValueError(f"{fn}: argument '{arg}' is sharded, but {self.kind}'s trust ratio needs the whole "

@@ -33,6 +33,8 @@ TORCH_OPTIONS = {
 }
 
 _CORE_CLASSES: dict[type, type] = {}
+# The core's dtype codes (octopt::DType) of the gradient dtypes a step takes.
+_DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 
 def _core_class(cls: type) -> type:
@@ -204,7 +206,9 @@ class TorchOptimizer(torch.optim.Optimizer):
         if core is None:
             return loss
         self._sync(fn)
-        grads: list[Any] = []
+        n = len(core._tensors)
+        addresses, dtypes = [0] * n, [0] * n
+        keep = []  # contiguous copies of non-contiguous gradients, alive for the call
         for i, t in enumerate(core._tensors):
             p = t.param
             if p.data_ptr() != self._ptrs[i]:
@@ -214,24 +218,41 @@ class TorchOptimizer(torch.optim.Optimizer):
                     "created); create the optimizer after moving the model"
                 )
             g = p.grad
-            if g is not None:
-                if g.layout != torch.strided:
-                    raise TypeError(
-                        f"{fn}: the gradient of a parameter of shape {tuple(p.shape)} is sparse "
-                        f"({g.layout}); octopt's optimizers need dense gradients"
-                    )
-                if g.is_complex():
-                    raise TypeError(
-                        f"{fn}: the gradient of a parameter of shape {tuple(p.shape)} is complex "
-                        f"({g.dtype}); octopt's optimizers need real gradients"
-                    )
-                g = g.detach()
-                if not g.is_contiguous():
-                    g = g.contiguous()
-            grads.append(g)
-        with torch.no_grad():
-            core.step(grads)
+            if g is None:
+                continue
+            code = _DTYPE_CODES.get(g.dtype)
+            if g.layout is not torch.strided or code is None or (g.dtype is not p.dtype and code != 0):
+                self._bad_grad(p, g, fn)
+            if g.shape != p.shape:
+                raise ValueError(
+                    f"{fn}: the gradient of a parameter of shape {tuple(p.shape)} has shape {tuple(g.shape)}"
+                )
+            if g.is_cuda != p.is_cuda or (p.is_cuda and g.get_device() != p.get_device()):
+                raise ValueError(f"{fn}: the gradient of a parameter on {p.device} is on {g.device}")
+            if not g.is_contiguous():
+                g = g.contiguous()
+                keep.append(g)
+            addresses[i] = g.data_ptr()
+            dtypes[i] = code
+        core.step_addresses(addresses, dtypes)
         return loss
+
+    @staticmethod
+    def _bad_grad(p: torch.Tensor, g: torch.Tensor, fn: str) -> None:
+        if g.layout != torch.strided:
+            raise TypeError(
+                f"{fn}: the gradient of a parameter of shape {tuple(p.shape)} is sparse "
+                f"({g.layout}); octopt's optimizers need dense gradients"
+            )
+        if g.is_complex():
+            raise TypeError(
+                f"{fn}: the gradient of a parameter of shape {tuple(p.shape)} is complex "
+                f"({g.dtype}); octopt's optimizers need real gradients"
+            )
+        raise TypeError(
+            f"{fn}: argument 'grads' of a parameter of shape {tuple(p.shape)} must be float32 or the "
+            f"parameter's dtype ({str(p.dtype).removeprefix('torch.')}), got {str(g.dtype).removeprefix('torch.')}"
+        )
 
     # -- introspection -----------------------------------------------------------------------
     @property

@@ -207,12 +207,11 @@ def _step(v: Any, where: str) -> int:
 
 def _initial(core: Any, t: _TensorState, names: list[str]) -> list:
     """Copies that reset the named slots of t to their initial value."""
-    scratch = _TensorState(t.param, t.info, t.group, t.block_size, t.specs)
-    core._allocate(scratch, core.param_groups[t.group])
+    fresh = core._initial_buffers(t)
     out = []
     for spec in t.specs:
         if spec.name in names:
-            for dst, src in zip(t.buffers[spec.index], scratch.buffers[spec.index]):
+            for dst, src in zip(t.buffers[spec.index], fresh[spec.index]):
                 if dst is not None:
                     out.append((dst, src))
     return out

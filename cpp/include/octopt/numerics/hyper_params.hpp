@@ -28,6 +28,8 @@ struct HyperParams {
   double t_alpha = 0.0, t_beta3 = 0.0;  // AdEMAMix warm-up lengths in steps (0: none)
   bool bias_correction = true;          // LAMB
   bool maximize = false;
+  bool decoupled_weight_decay = false;  // RAdam, NAdam: AdamW-style decay instead of L2
+  double momentum_decay = 4e-3;         // NAdam: psi of mu_t = beta1 (1 - 0.5 * 0.96^(t psi))
 };
 
 OCTOPT_HD double scalar_min(double a, double b) { return b < a ? b : a; }  // std::min's choice on ties

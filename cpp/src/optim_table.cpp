@@ -1,0 +1,280 @@
+// The optimizer table (optim_table.hpp): definitions, layout rules and validation.
+#include "octopt/optim_table.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include "octopt/qmap.hpp"
+
+namespace octopt {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+HyperParams with(std::initializer_list<std::pair<HParam, double>> values) {
+  HyperParams hp;
+  for (const auto& [id, v] : values) set_hparam(hp, id, v);
+  return hp;
+}
+
+}  // namespace
+
+const std::vector<HParamDef>& hparam_defs() {
+  using T = HParamType;
+  static const std::vector<HParamDef> defs = {
+      {HParam::lr, "lr", "lr", "learning_rate", T::real, 0.0, kInf, false, "learning rate"},
+      {HParam::beta1, "beta1", "betas[0]", "b1", T::real, 0.0, 1.0, true, "first-moment (momentum) decay"},
+      {HParam::beta2, "beta2", "betas[1]", "b2", T::real, 0.0, 1.0, true, "second-moment decay (Lion: the momentum's)"},
+      {HParam::beta3, "beta3", "betas[2]", "b3", T::real, 0.0, 1.0, true, "AdEMAMix: the slow EMA's decay"},
+      {HParam::eps, "eps", "eps", "eps", T::real, 0.0, kInf, false, "added to the denominator"},
+      {HParam::weight_decay, "weight_decay", "weight_decay", "weight_decay", T::real, 0.0, kInf, false, "weight decay"},
+      {HParam::momentum, "momentum", "momentum", "momentum", T::real, 0.0, kInf, false, "momentum factor"},
+      {HParam::dampening, "dampening", "dampening", "dampening", T::real, 0.0, 1.0, false, "SGD: dampening of the momentum"},
+      {HParam::nesterov, "nesterov", "nesterov", "nesterov", T::flag, 0.0, 1.0, false, "SGD: Nesterov momentum"},
+      {HParam::alpha, "alpha", "alpha", "alpha", T::real, 0.0, kInf, false,
+       "RMSprop: smoothing constant (in [0, 1)); AdEMAMix: mixing weight of the slow EMA"},
+      {HParam::centered, "centered", "centered", "centered", T::flag, 0.0, 1.0, false, "RMSprop: centered variant"},
+      {HParam::lr_decay, "lr_decay", "lr_decay", "lr_decay", T::real, 0.0, kInf, false, "Adagrad: learning-rate decay"},
+      {HParam::eta, "eta", "eta", "eta", T::real, 0.0, kInf, false, "LARS: trust coefficient"},
+      {HParam::t_alpha, "t_alpha", "t_alpha", "t_alpha", T::optional_real, 0.0, kInf, false, "AdEMAMix: alpha warm-up (steps)"},
+      {HParam::t_beta3, "t_beta3", "t_beta3", "t_beta3", T::optional_real, 0.0, kInf, false, "AdEMAMix: beta3 warm-up (steps)"},
+      {HParam::bias_correction, "bias_correction", "bias_correction", "bias_correction", T::flag, 0.0, 1.0, false,
+       "LAMB: Adam's bias corrections"},
+      {HParam::maximize, "maximize", "maximize", "maximize", T::flag, 0.0, 1.0, false, "maximize the objective"},
+      {HParam::decoupled_weight_decay, "decoupled_weight_decay", "decoupled_weight_decay", "decoupled_weight_decay", T::flag, 0.0, 1.0, false,
+       "RAdam/NAdam: AdamW-style weight decay"},
+      {HParam::momentum_decay, "momentum_decay", "momentum_decay", "momentum_decay", T::real, 0.0, kInf, false,
+       "NAdam: momentum decay psi"},
+  };
+  return defs;
+}
+
+const HParamDef& hparam_def(HParam id) { return hparam_defs()[std::size_t(id)]; }
+
+std::vector<std::string> hparam_array_names() {
+  std::vector<std::string> out;
+  for (const HParamDef& d : hparam_defs())
+    if (!hparam_is_flag(d.id)) out.push_back(d.optax_key);
+  return out;
+}
+
+std::vector<std::string> hparam_flag_names() {
+  std::vector<std::string> out;
+  for (const HParamDef& d : hparam_defs())
+    if (hparam_is_flag(d.id)) out.push_back(d.key);
+  return out;
+}
+
+const std::vector<OptimDef>& optim_defs() {
+  using H = HParam;
+  static const std::vector<OptimDef> defs = [] {
+    const std::vector<SlotDef> adam_slots = {{"exp_avg", true, true}, {"exp_avg_sq", false, false}};
+    std::vector<OptimDef> d;
+    d.push_back({OptimKind::adam, "adam", "Adam", "torch.optim.Adam semantics: L2 weight decay added to the gradient.",
+                 adam_slots, {"lr", "betas", "eps", "weight_decay", "maximize"}, 2, with({}), 0.0});
+    d.push_back({OptimKind::adamw, "adamw", "AdamW",
+                 "torch.optim.AdamW semantics: decoupled weight decay applied before the update.", adam_slots,
+                 {"lr", "betas", "eps", "weight_decay", "maximize"}, 2, with({{H::weight_decay, 1e-2}}), 0.0});
+    d.push_back({OptimKind::sgd, "sgd", "SGD",
+                 "torch.optim.SGD semantics: momentum, dampening, Nesterov; the buffer starts at the first gradient.",
+                 {{"momentum_buffer", true, true}},
+                 {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"}, 0, with({}), 0.0});
+    d.push_back({OptimKind::rmsprop, "rmsprop", "RMSprop",
+                 "torch.optim.RMSprop semantics, with optional momentum and centering.",
+                 {{"square_avg", false, false}, {"momentum_buffer", true, true}, {"grad_avg", true, false}},
+                 {"lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize"}, 0,
+                 with({{H::lr, 1e-2}}), 0.0});
+    d.push_back({OptimKind::adagrad, "adagrad", "Adagrad",
+                 "torch.optim.Adagrad semantics (lr_decay, initial_accumulator_value).", {{"sum", false, false}},
+                 {"lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps", "maximize"}, 0,
+                 with({{H::lr, 1e-2}, {H::eps, 1e-10}}), 0.0});
+    d.push_back({OptimKind::lion, "lion", "Lion",
+                 "Lion (Chen et al. 2023): sign of an interpolated momentum, decoupled weight decay.",
+                 {{"exp_avg", true, true}}, {"lr", "betas", "weight_decay", "maximize"}, 2,
+                 with({{H::lr, 1e-4}, {H::beta2, 0.99}}), 0.0});
+    d.push_back({OptimKind::ademamix, "ademamix", "AdEMAMix",
+                 "AdEMAMix (Pagliardini et al. 2024): Adam plus a slow EMA mixed in with weight alpha; optional "
+                 "warm-ups t_alpha and t_beta3 (in steps).",
+                 {{"m1", true, true}, {"nu", false, false}, {"m2", true, false}},
+                 {"lr", "betas", "alpha", "t_alpha", "t_beta3", "eps", "weight_decay", "maximize"}, 3,
+                 with({{H::alpha, 5.0}, {H::weight_decay, 1e-2}}), 0.0});
+    d.push_back({OptimKind::lamb, "lamb", "LAMB",
+                 "LAMB (You et al. 2020): Adam direction plus decoupled decay, scaled per tensor by ||w|| / ||update||.",
+                 adam_slots, {"lr", "betas", "eps", "weight_decay", "bias_correction", "maximize"}, 2,
+                 with({{H::eps, 1e-6}}), 0.0});
+    d.push_back({OptimKind::lars, "lars", "LARS",
+                 "LARS (You et al. 2017): momentum SGD with the per-tensor rate eta * ||w|| / (||g|| + wd ||w||).",
+                 {{"momentum_buffer", true, true}}, {"lr", "momentum", "weight_decay", "eta", "maximize"}, 0,
+                 with({{H::momentum, 0.9}}), 0.0});
+    return d;
+  }();
+  return defs;
+}
+
+const OptimDef& optim_def(OptimKind kind) {
+  for (const OptimDef& d : optim_defs())
+    if (d.kind == kind) return d;
+  throw std::invalid_argument("optim_def: unknown optimizer kind " + std::to_string(int(kind)));
+}
+
+const OptimDef& optim_def(const std::string& name) {
+  std::string lower = name;
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  for (const OptimDef& d : optim_defs())
+    if (lower == d.name) return d;
+  throw std::invalid_argument("unknown optimizer '" + name + "'");
+}
+
+bool optim_takes(const OptimDef& def, const char* key) {
+  for (const char* k : def.options)
+    if (std::strcmp(k, key) == 0) return true;
+  return false;
+}
+
+// ---- layout -------------------------------------------------------------------------------------
+
+const char* state_map_name(int bits, bool is_signed) {
+  if (bits == 32) return "float32";
+  if (bits == 8) return is_signed ? "dynamic_signed_8" : "dynamic_unsigned_8";
+  return is_signed ? "dynamic_signed_4" : "log2_step0.8_nozero_4";
+}
+
+std::vector<float> state_map_values(int bits, bool is_signed) {
+  if (bits == 8) return dynamic_map(is_signed, 7, 8);
+  if (bits == 4) return is_signed ? dynamic_map(true, 3, 4) : log2_map_nozero(4, 0.8);
+  throw std::invalid_argument("state_map_values: argument 'bits' must be 8 or 4, got " + std::to_string(bits));
+}
+
+std::vector<int> used_slots(OptimKind kind, const HyperParams& hp) {
+  if (kind == OptimKind::sgd || kind == OptimKind::lars) return hp.momentum != 0 ? std::vector<int>{0} : std::vector<int>{};
+  if (kind == OptimKind::rmsprop) {
+    std::vector<int> s{0};
+    if (hp.momentum > 0) s.push_back(1);
+    if (hp.centered) s.push_back(2);
+    return s;
+  }
+  std::vector<int> s;
+  for (int k = 0; k < int(optim_def(kind).slots.size()); ++k) s.push_back(k);
+  return s;
+}
+
+TensorLayout layout_tensor(OptimKind kind, const HyperParams& hp, const LayoutOptions& lo, std::int64_t numel,
+                           int stochastic_rounding) {
+  // small tensors keep 32-bit state: their quantization overhead outweighs the saving
+  const int bits = numel < lo.min_8bit_size ? 32 : lo.bits;
+  TensorLayout t;
+  t.block_size = lo.block_size ? lo.block_size : default_block_size(bits);
+  const OptimDef& def = optim_def(kind);
+  for (int k : used_slots(kind, hp)) {
+    const SlotDef& s = def.slots[std::size_t(k)];
+    int b = bits;
+    if (s.first_moment && bits != 32 && lo.first_moment_bits != 0) b = lo.first_moment_bits;
+    // 4-bit codes round stochastically unless told otherwise: with 16 levels the bias of nearest
+    // rounding accumulates over steps (docs/decisions.md)
+    const bool stochastic = b != 32 && (stochastic_rounding < 0 ? b == 4 : stochastic_rounding > 0);
+    t.slots.push_back({k, s.name, s.is_signed, b, t.block_size, stochastic});
+  }
+  return t;
+}
+
+double slot_initial_value(OptimKind kind, int slot, const LayoutOptions& lo) {
+  return kind == OptimKind::adagrad && slot == 0 ? lo.initial_accumulator_value : 0.0;
+}
+
+std::uint8_t slot_initial_code(int bits, bool is_signed, double init) {
+  // absmax = |init| and the code nearest to sign(init): a constant block decodes to init exactly
+  const std::vector<float> q = state_map_values(bits, is_signed);
+  const double target = init > 0 ? 1.0 : 0.0;
+  int code = 0;
+  for (int c = 1; c < int(q.size()); ++c)
+    if (std::fabs(double(q[std::size_t(c)]) - target) < std::fabs(double(q[std::size_t(code)]) - target)) code = c;
+  if (bits == 4) code |= code << 4;
+  return std::uint8_t(code);
+}
+
+// ---- validation ---------------------------------------------------------------------------------
+
+std::string format_real(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == 0.0) return std::signbit(v) ? "-0.0" : "0.0";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  std::string s(buf, r.ptr);  // [-]d[.ddd]e(+|-)xx, the shortest digits that round-trip
+  std::string sign;
+  if (s[0] == '-') sign = "-", s.erase(0, 1);
+  const std::size_t e = s.find('e');
+  const int exp10 = std::stoi(s.substr(e + 1));
+  std::string digits = s.substr(0, e);
+  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+  if (exp10 < -4 || exp10 >= 16) {  // Python's repr switches to scientific notation here
+    std::string m = digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "");
+    const int a = exp10 < 0 ? -exp10 : exp10;
+    return sign + m + "e" + (exp10 < 0 ? "-" : "+") + (a < 10 ? "0" : "") + std::to_string(a);
+  }
+  std::string out;
+  if (exp10 < 0) {
+    out = "0." + std::string(std::size_t(-exp10 - 1), '0') + digits;
+  } else if (std::size_t(exp10 + 1) >= digits.size()) {
+    out = digits + std::string(std::size_t(exp10 + 1) - digits.size(), '0') + ".0";
+  } else {
+    out = digits.substr(0, std::size_t(exp10 + 1)) + "." + digits.substr(std::size_t(exp10 + 1));
+  }
+  return sign + out;
+}
+
+namespace {
+
+void check_range(double x, const HParamDef& d, double hi, bool hi_open, const char* fn) {
+  const std::string pre = std::string(fn) + ": '" + d.key + "' must be ";
+  if (!std::isfinite(x)) throw std::invalid_argument(pre + "finite, got " + format_real(x));
+  if (x < d.lo || (hi_open ? x >= hi : x > hi)) {
+    const std::string bound = std::isinf(hi) ? ">= " + format_real(d.lo)
+                                             : "[" + format_real(d.lo) + ", " + format_real(hi) + (hi_open ? ")" : "]");
+    throw std::invalid_argument(pre + "in " + bound + ", got " + format_real(x));
+  }
+}
+
+}  // namespace
+
+void validate_hparams(OptimKind kind, const HyperParams& hp, const char* fn) {
+  for (const HParamDef& d : hparam_defs()) {
+    if (d.type == HParamType::flag) continue;
+    const double x = get_hparam(hp, d.id);
+    if (d.type == HParamType::optional_real && x == 0.0) continue;
+    if (d.id == HParam::alpha && kind == OptimKind::rmsprop) {
+      if (!std::isfinite(x) || x < 0.0 || x >= 1.0)
+        throw std::invalid_argument(std::string(fn) + ": 'alpha' must be in [0, 1) for RMSprop, got " + format_real(x));
+      continue;
+    }
+    check_range(x, d, d.hi, d.hi_open, fn);
+  }
+  if (hp.nesterov && (hp.momentum <= 0 || hp.dampening != 0))
+    throw std::invalid_argument(std::string(fn) + ": Nesterov momentum requires momentum > 0 and zero dampening");
+}
+
+void validate_layout(const LayoutOptions& lo, const char* fn) {
+  const std::string f(fn);
+  if (lo.bits != 32 && lo.bits != 8 && lo.bits != 4)
+    throw std::invalid_argument(f + ": 'bits' must be 32, 8 or 4, got " + std::to_string(lo.bits));
+  if (lo.first_moment_bits != 0 && lo.first_moment_bits != 32 && lo.first_moment_bits != 8 && lo.first_moment_bits != 4)
+    throw std::invalid_argument(f + ": 'first_moment_bits' must be None, 32, 8 or 4, got " +
+                                std::to_string(lo.first_moment_bits));
+  const int bs = lo.block_size;
+  if (bs != 0 && (bs < kMinBlockSize || bs > kMaxBlockSize || (bs & (bs - 1))))
+    throw std::invalid_argument(f + ": 'block_size' must be a power of two in [" + std::to_string(kMinBlockSize) + ", " +
+                                std::to_string(kMaxBlockSize) + "], got " + std::to_string(bs));
+  if (lo.min_8bit_size < 0)
+    throw std::invalid_argument(f + ": 'min_8bit_size' must be an int >= 0, got " + std::to_string(lo.min_8bit_size));
+  const double v = lo.initial_accumulator_value;
+  if (!std::isfinite(v)) throw std::invalid_argument(f + ": 'initial_accumulator_value' must be finite, got " + format_real(v));
+  if (v < 0.0)
+    throw std::invalid_argument(f + ": 'initial_accumulator_value' must be in >= 0.0, got " + format_real(v));
+}
+
+}  // namespace octopt
