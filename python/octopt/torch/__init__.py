@@ -4,48 +4,8 @@ Importing this module imports torch (``import octopt`` alone does not). See docs
 """
 
 from ._base import TorchOptimizer
-from ._classes import (
-    LAMB,
-    LARS,
-    SGD,
-    Adagrad,
-    Adagrad8bit,
-    Adam,
-    Adam8bit,
-    AdamW,
-    AdamW8bit,
-    AdEMAMix,
-    AdEMAMix8bit,
-    LAMB8bit,
-    LARS8bit,
-    Lion,
-    Lion8bit,
-    RMSprop,
-    RMSprop8bit,
-    SGD8bit,
-)
+from . import _classes
+from ._classes import *  # noqa: F403 - one class (and its 8-bit default) per optimizer of the core's table
 from ._override import get_override, override
 
-__all__ = [
-    "LAMB",
-    "LARS",
-    "SGD",
-    "AdEMAMix",
-    "AdEMAMix8bit",
-    "Adagrad",
-    "Adagrad8bit",
-    "Adam",
-    "Adam8bit",
-    "AdamW",
-    "AdamW8bit",
-    "LAMB8bit",
-    "LARS8bit",
-    "Lion",
-    "Lion8bit",
-    "RMSprop",
-    "RMSprop8bit",
-    "SGD8bit",
-    "TorchOptimizer",
-    "get_override",
-    "override",
-]
+__all__ = ["TorchOptimizer", *_classes.__all__, "get_override", "override"]
