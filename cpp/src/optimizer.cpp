@@ -104,7 +104,10 @@ std::int64_t Optimizer::step(const std::vector<const void*>& grads, const std::v
   return plan_->step(grads.data(), grad_dtypes.data(), stream, "step");
 }
 
-void Optimizer::save(const std::string& path) { plan_->save(path); }
+void Optimizer::save(const std::string& path) {
+  sync_hparams();  // the file holds the values a program set since the last step too
+  plan_->save(path);
+}
 
 void Optimizer::load(const std::string& path) {
   plan_->load(path);

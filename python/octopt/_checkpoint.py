@@ -94,6 +94,7 @@ def _checked(src: Any, dst: Any, what: str) -> np.ndarray:
 
 
 def save(opt: Any, path: Any) -> None:
+    opt._sync_hparams("save")  # the file holds values set since the last step too
     opt._plan.save(os.fspath(path))
 
 
