@@ -63,7 +63,7 @@ def main() -> int:
     rows["octopt quantize_blockwise"] = median_ms(
         lambda: octopt.quantize_blockwise(x, block_size=256, out=(codes, absmax)), args.repeats)
     rows["octopt dequantize_blockwise"] = median_ms(
-        lambda: octopt.dequantize_blockwise(codes, absmax, block_size=256, out=y), args.repeats)
+        lambda y=y: octopt.dequantize_blockwise(codes, absmax, block_size=256, out=y), args.repeats)
     del y
 
     p = torch.from_numpy(rng.standard_normal(n, dtype=np.float32)).requires_grad_()

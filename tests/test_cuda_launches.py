@@ -10,7 +10,6 @@ machine without a usable GPU."""
 from __future__ import annotations
 
 import numpy as np
-import octopt
 import pytest
 from octopt import _octopt
 import test_cuda_optim as cuda_optim
