@@ -151,10 +151,17 @@ class Optimizer:
             t.buffers[slot] = (data, absmax)
         return t
 
-    def _map(self, spec: _layout.SlotSpec) -> np.ndarray:
+    @property
+    def tensors(self) -> list[_TensorState]:
+        """Each parameter with its state as the core laid it out (what the adapters build on)."""
+        return self._tensors
+
+    @staticmethod
+    def slot_map(spec: _layout.SlotSpec) -> np.ndarray:
+        """The quantization map of a quantized state slot."""
         return _layout.slot_map(spec)
 
-    def _initial_buffers(self, t: _TensorState) -> dict[int, tuple[Any, Any]]:
+    def initial_buffers(self, t: _TensorState) -> dict[int, tuple[Any, Any]]:
         """Fresh arrays holding the initial state of t's slots (what a new optimizer starts from)."""
         group = self.param_groups[t.group]
         out = {}

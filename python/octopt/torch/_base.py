@@ -140,13 +140,13 @@ class TorchOptimizer(torch.optim.Optimizer):
             cg = dict(base)
             cg.update(ov)
             cg["params"] = ps
-            first = 0 if self._core is None else len(self._core._tensors)
+            first = 0 if self._core is None else len(self._core.tensors)
             if self._core is None:
                 self._core = _core_class(type(self))([cg], **self._core_opts)
             else:
                 self._core.add_param_group(cg)
             links.append((len(self._core.param_groups) - 1, ov))
-            for t in self._core._tensors[first:]:
+            for t in self._core.tensors[first:]:
                 self._tensors[id(t.param)] = t
                 self._ptrs.append(t.param.data_ptr())
                 _override.mark_held(t.param, self)
@@ -206,10 +206,10 @@ class TorchOptimizer(torch.optim.Optimizer):
         if core is None:
             return loss
         self._sync(fn)
-        n = len(core._tensors)
+        n = len(core.tensors)
         addresses, dtypes = [0] * n, [0] * n
         keep = []  # contiguous copies of non-contiguous gradients, alive for the call
-        for i, t in enumerate(core._tensors):
+        for i, t in enumerate(core.tensors):
             p = t.param
             if p.data_ptr() != self._ptrs[i]:
                 raise RuntimeError(
@@ -269,7 +269,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         if self._core is None:
             return []
         layout = self._core.state_layout()
-        index = {id(t): i for i, t in enumerate(self._core._tensors)}
+        index = {id(t): i for i, t in enumerate(self._core.tensors)}
         return [layout[index[id(self._tensors[id(p)])]] for p in self._param_list()]
 
     # -- state dicts ---------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def state_dict(opt: Any) -> dict:
     meta = {
         "format": FORMAT,
         "optimizer": type(opt)._core_base.kind,
-        "global_step": 0 if core is None else int(core._plan.global_step),
+        "global_step": 0 if core is None else int(core.global_step),
         "layout": layout,
     }
     return {"state": state, "param_groups": groups, "octopt": meta}
@@ -161,9 +161,9 @@ def load_state_dict(opt: Any, sd: Any) -> None:
         g["params"] = params
     if core is not None:
         if meta is not None:
-            core._plan.global_step = int(meta.get("global_step", 0))
+            core.global_step = int(meta.get("global_step", 0))
         else:
-            core._plan.global_step = max((s for _, s in steps), default=0)
+            core.global_step = max((s for _, s in steps), default=0)
 
 
 def _merged_groups(opt: Any, saved_groups: list, from_bnb: bool, fn: str) -> list[dict]:
@@ -207,7 +207,7 @@ def _step(v: Any, where: str) -> int:
 
 def _initial(core: Any, t: _TensorState, names: list[str]) -> list:
     """Copies that reset the named slots of t to their initial value."""
-    fresh = core._initial_buffers(t)
+    fresh = core.initial_buffers(t)
     out = []
     for spec in t.specs:
         if spec.name in names:
@@ -253,7 +253,7 @@ def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) 
             bits, block_size = int(src[0]), int(src[1])
         else:
             bits, block_size = _infer_quantized(t.info.size, v.numel(), absmax.numel(), spec, where)
-        q = core._map(type(spec)(spec.index, spec.name, spec.signed, bits, block_size))
+        q = core.slot_map(type(spec)(spec.index, spec.name, spec.signed, bits, block_size))
         out += _into(core, t, spec, v, (absmax, bits, block_size, q), where)
     return out
 
@@ -293,7 +293,7 @@ def _into(
                 f"{where}: '{spec.name}' absmax must hold {n_blocks} float32 values (block size "
                 f"{block_size}), got {src_absmax.numel()} of {src_absmax.dtype}"
             )
-        if (bits, block_size) == (spec.bits, spec.block_size) and np.array_equal(q, core._map(spec)):
+        if (bits, block_size) == (spec.bits, spec.block_size) and np.array_equal(q, core.slot_map(spec)):
             return [(data, values.reshape(-1)), (absmax, src_absmax.reshape(-1))]
         codes = values.to("cpu").reshape(-1).contiguous()
         am = src_absmax.to("cpu").reshape(-1).contiguous()
@@ -308,7 +308,7 @@ def _into(
     f32 = values.to("cpu", torch.float32).reshape(-1).contiguous()
     if not bool(torch.isfinite(f32).all()):
         raise ValueError(f"{where}: '{spec.name}' holds NaN or Inf")
-    codes, am = quantize_blockwise(f32, core._map(spec), spec.block_size, spec.bits)
+    codes, am = quantize_blockwise(f32, core.slot_map(spec), spec.block_size, spec.bits)
     return [(data, codes.reshape(-1)), (absmax, am)]
 
 
