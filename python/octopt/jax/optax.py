@@ -12,14 +12,10 @@ from typing import Any, Callable
 
 import optax as _optax
 
+from .. import _hparams
 from ._engine import Engine
 from ._state import OctoptState, SlotState
 
-__all__ = [
-    "OctoptState", "SlotState", "Transformation", "adagrad", "adagrad8bit", "adam", "adam8bit", "adamw",
-    "adamw8bit", "ademamix", "ademamix8bit", "lamb", "lamb8bit", "lars", "lars8bit", "lion", "lion8bit",
-    "rmsprop", "rmsprop8bit", "sgd", "sgd8bit", "step",
-]
 
 class Transformation(_optax.GradientTransformation):
     """An optax GradientTransformation (``init``, ``update``) plus ``step``: the fused update of
@@ -59,103 +55,49 @@ _OPTIONS_DOC = """
 
 Number = Any
 Schedule = Callable[[Any], Any]
+_P = inspect.Parameter
+_LAYOUT_DEFAULTS = dict(bits=None, block_size=None, min_8bit_size=None, first_moment_bits=None, seed=None,
+                        stochastic_rounding=None, stochastic_bf16=False)
+_OPTAX_NAME = {h["key"]: h["optax_key"] for h in _hparams.HPARAMS}
+_FLAGS = {h["key"] for h in _hparams.HPARAMS if h["type"] == "flag"}
 
 
-def adam(learning_rate: Number | Schedule, b1: Number = 0.9, b2: Number = 0.999, eps: Number = 1e-8,
-         weight_decay: Number = 0.0, *, maximize: bool = False, bits=None, block_size=None, min_8bit_size=None,
-         first_moment_bits=None, seed=None, stochastic_rounding=None, stochastic_bf16=False) -> Transformation:
-    """torch.optim.Adam semantics (L2 weight decay added to the gradient), as octopt.Adam."""
-    return _make("adam", "adam", dict(learning_rate=learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay),
-                 dict(maximize=maximize), _layout_options(bits, block_size, min_8bit_size, first_moment_bits, seed,
-                                                          stochastic_rounding, stochastic_bf16))
+def _transform(entry: dict) -> Callable:
+    """The optax factory of one optimizer of the core's table: ``learning_rate`` (required), the table's
+    options in its order under their optax names (``betas`` as b1, b2[, b3]), then keyword-only
+    ``maximize`` and the layout options."""
+    kind, defaults = entry["name"], _hparams.defaults(entry["name"])
+    names: list[tuple[str, Any]] = []  # (optax name, default)
+    for key in entry["options"]:
+        if key == "maximize":
+            continue
+        if key == "betas":
+            names += [(f"b{i + 1}", b) for i, b in enumerate(defaults["betas"])]
+        else:
+            names.append(("learning_rate", _P.empty) if key == "lr" else (_OPTAX_NAME.get(key, key), defaults[key]))
+    flag_names = {_OPTAX_NAME.get(k, k) for k in _FLAGS}
+    sig = inspect.Signature(
+        [_P(n, _P.POSITIONAL_OR_KEYWORD, default=d) for n, d in names]
+        + [_P("maximize", _P.KEYWORD_ONLY, default=False)]
+        + [_P(k, _P.KEYWORD_ONLY, default=v) for k, v in _LAYOUT_DEFAULTS.items()],
+        return_annotation=Transformation)
 
+    def factory(*args: Any, **kwargs: Any) -> Transformation:
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"octopt.optax.{kind}: {e}") from None
+        bound.apply_defaults()
+        a = dict(bound.arguments)
+        layout = {k: a.pop(k) for k in _LAYOUT_DEFAULTS}
+        flags = {k: a.pop(k) for k in list(a) if k in flag_names or k == "maximize"}
+        return _make(kind, kind, a, flags, layout)
 
-def adamw(learning_rate: Number | Schedule, b1: Number = 0.9, b2: Number = 0.999, eps: Number = 1e-8,
-          weight_decay: Number = 1e-2, *, maximize: bool = False, bits=None, block_size=None, min_8bit_size=None,
-          first_moment_bits=None, seed=None, stochastic_rounding=None, stochastic_bf16=False) -> Transformation:
-    """torch.optim.AdamW semantics (decoupled decay applied before the update), as octopt.AdamW."""
-    return _make("adamw", "adamw", dict(learning_rate=learning_rate, b1=b1, b2=b2, eps=eps,
-                                        weight_decay=weight_decay),
-                 dict(maximize=maximize), _layout_options(bits, block_size, min_8bit_size, first_moment_bits, seed,
-                                                          stochastic_rounding, stochastic_bf16))
-
-
-def sgd(learning_rate: Number | Schedule, momentum: Number = 0.0, dampening: Number = 0.0,
-        weight_decay: Number = 0.0, nesterov: bool = False, *, maximize: bool = False, bits=None, block_size=None,
-        min_8bit_size=None, first_moment_bits=None, seed=None, stochastic_rounding=None,
-        stochastic_bf16=False) -> Transformation:
-    """torch.optim.SGD semantics (the momentum buffer starts at the first gradient), as octopt.SGD."""
-    return _make("sgd", "sgd", dict(learning_rate=learning_rate, momentum=momentum, dampening=dampening,
-                                    weight_decay=weight_decay),
-                 dict(nesterov=nesterov, maximize=maximize),
-                 _layout_options(bits, block_size, min_8bit_size, first_moment_bits, seed, stochastic_rounding,
-                                 stochastic_bf16))
-
-
-def rmsprop(learning_rate: Number | Schedule, alpha: Number = 0.99, eps: Number = 1e-8, weight_decay: Number = 0.0,
-            momentum: Number = 0.0, centered: bool = False, *, maximize: bool = False, bits=None, block_size=None,
-            min_8bit_size=None, first_moment_bits=None, seed=None, stochastic_rounding=None,
-            stochastic_bf16=False) -> Transformation:
-    """torch.optim.RMSprop semantics (optional momentum and centering), as octopt.RMSprop."""
-    return _make("rmsprop", "rmsprop", dict(learning_rate=learning_rate, alpha=alpha, eps=eps,
-                                            weight_decay=weight_decay, momentum=momentum),
-                 dict(centered=centered, maximize=maximize),
-                 _layout_options(bits, block_size, min_8bit_size, first_moment_bits, seed, stochastic_rounding,
-                                 stochastic_bf16))
-
-
-def adagrad(learning_rate: Number | Schedule, lr_decay: Number = 0.0, weight_decay: Number = 0.0,
-            initial_accumulator_value: Number = 0.0, eps: Number = 1e-10, *, maximize: bool = False, bits=None,
-            block_size=None, min_8bit_size=None, first_moment_bits=None, seed=None, stochastic_rounding=None,
-            stochastic_bf16=False) -> Transformation:
-    """torch.optim.Adagrad semantics, as octopt.Adagrad (initial_accumulator_value is read at init)."""
-    return _make("adagrad", "adagrad", dict(learning_rate=learning_rate, lr_decay=lr_decay, weight_decay=weight_decay,
-                                            initial_accumulator_value=initial_accumulator_value, eps=eps),
-                 dict(maximize=maximize), _layout_options(bits, block_size, min_8bit_size, first_moment_bits, seed,
-                                                          stochastic_rounding, stochastic_bf16))
-
-
-def lion(learning_rate: Number | Schedule, b1: Number = 0.9, b2: Number = 0.99, weight_decay: Number = 0.0, *,
-         maximize: bool = False, bits=None, block_size=None, min_8bit_size=None, first_moment_bits=None, seed=None,
-         stochastic_rounding=None, stochastic_bf16=False) -> Transformation:
-    """Lion (Chen et al. 2023), as octopt.Lion."""
-    return _make("lion", "lion", dict(learning_rate=learning_rate, b1=b1, b2=b2, weight_decay=weight_decay),
-                 dict(maximize=maximize), _layout_options(bits, block_size, min_8bit_size, first_moment_bits, seed,
-                                                          stochastic_rounding, stochastic_bf16))
-
-
-def ademamix(learning_rate: Number | Schedule, b1: Number = 0.9, b2: Number = 0.999, b3: Number = 0.9999,
-             alpha: Number = 5.0, eps: Number = 1e-8, weight_decay: Number = 1e-2, t_alpha: Number | None = None,
-             t_beta3: Number | None = None, *, maximize: bool = False, bits=None, block_size=None,
-             min_8bit_size=None, first_moment_bits=None, seed=None, stochastic_rounding=None,
-             stochastic_bf16=False) -> Transformation:
-    """AdEMAMix (Pagliardini et al. 2024), as octopt.AdEMAMix."""
-    return _make("ademamix", "ademamix", dict(learning_rate=learning_rate, b1=b1, b2=b2, b3=b3, alpha=alpha, eps=eps,
-                                              weight_decay=weight_decay, t_alpha=t_alpha, t_beta3=t_beta3),
-                 dict(maximize=maximize), _layout_options(bits, block_size, min_8bit_size, first_moment_bits, seed,
-                                                          stochastic_rounding, stochastic_bf16))
-
-
-def lamb(learning_rate: Number | Schedule, b1: Number = 0.9, b2: Number = 0.999, eps: Number = 1e-6,
-         weight_decay: Number = 0.0, bias_correction: bool = True, *, maximize: bool = False, bits=None,
-         block_size=None, min_8bit_size=None, first_moment_bits=None, seed=None, stochastic_rounding=None,
-         stochastic_bf16=False) -> Transformation:
-    """LAMB (You et al. 2020), as octopt.LAMB. Parameters must not be sharded (the trust ratio needs
-    the whole tensor's norm)."""
-    return _make("lamb", "lamb", dict(learning_rate=learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay),
-                 dict(bias_correction=bias_correction, maximize=maximize),
-                 _layout_options(bits, block_size, min_8bit_size, first_moment_bits, seed, stochastic_rounding,
-                                 stochastic_bf16))
-
-
-def lars(learning_rate: Number | Schedule, momentum: Number = 0.9, weight_decay: Number = 0.0, eta: Number = 1e-3,
-         *, maximize: bool = False, bits=None, block_size=None, min_8bit_size=None, first_moment_bits=None,
-         seed=None, stochastic_rounding=None, stochastic_bf16=False) -> Transformation:
-    """LARS (You et al. 2017), as octopt.LARS. Parameters must not be sharded."""
-    return _make("lars", "lars", dict(learning_rate=learning_rate, momentum=momentum, weight_decay=weight_decay,
-                                      eta=eta),
-                 dict(maximize=maximize), _layout_options(bits, block_size, min_8bit_size, first_moment_bits, seed,
-                                                          stochastic_rounding, stochastic_bf16))
+    factory.__name__ = factory.__qualname__ = kind
+    factory.__module__ = "octopt.optax"
+    factory.__signature__ = sig  # type: ignore[attr-defined]
+    factory.__doc__ = f"{entry['summary']} As octopt.{entry['class_name']}.{_OPTIONS_DOC}"
+    return factory
 
 
 def _eight_bit(generic: Callable) -> Callable:
@@ -176,14 +118,8 @@ def _eight_bit(generic: Callable) -> Callable:
     return factory
 
 
-for _generic in (adam, adamw, sgd, rmsprop, adagrad, lion, ademamix, lamb, lars):
-    _generic.__doc__ += _OPTIONS_DOC
-adam8bit = _eight_bit(adam)
-adamw8bit = _eight_bit(adamw)
-sgd8bit = _eight_bit(sgd)
-rmsprop8bit = _eight_bit(rmsprop)
-adagrad8bit = _eight_bit(adagrad)
-lion8bit = _eight_bit(lion)
-ademamix8bit = _eight_bit(ademamix)
-lamb8bit = _eight_bit(lamb)
-lars8bit = _eight_bit(lars)
+_GENERIC = {e["name"]: _transform(e) for e in _hparams.TABLE.values()}
+globals().update(_GENERIC)
+globals().update({f"{name}8bit": _eight_bit(f) for name, f in _GENERIC.items()})
+__all__ = ["OctoptState", "SlotState", "Transformation", "step", *sorted(_GENERIC),
+           *sorted(f"{name}8bit" for name in _GENERIC)]
