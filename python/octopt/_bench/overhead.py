@@ -19,10 +19,11 @@ bindings expose none, and a native timer would miss the binding's own per-tensor
 what is being measured. Partial blocks: a 64-element tensor is one partial block where the single tensor
 has whole 256-element blocks; the per-element work is the same (bench/README.md, "Per-step overhead").
 
-Timing: `rounds` rounds; in each, every optimizer in turn takes `steps` individually timed steps, and the
+Timing: `rounds` rounds; in each, the two optimizers in turn take `steps` individually timed steps, and the
 round's median is kept. A figure is the minimum over rounds of those medians (the round least disturbed by
-other processes); the noise reported is the spread of the paired per-round overhead estimates. Python's
-garbage collector is paused while timing, as timeit does.
+other processes); the noise reported is the spread of the paired per-round overhead estimates. The process's
+CPU time is recorded beside the wall time: at one thread it is the steadier figure on a shared machine.
+Python's garbage collector is paused while timing, as timeit does.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class OverheadRow:
     bits: int  # state width (32 for torch's own optimizers)
     step_rounds_s: list[float] = field(default_factory=list)  # per round: median seconds of an N-tensor step
     kernel_rounds_s: list[float] = field(default_factory=list)  # per round: the same for the single tensor
+    step_cpu_rounds_s: list[float] = field(default_factory=list)  # the same in the process's CPU time
+    kernel_cpu_rounds_s: list[float] = field(default_factory=list)
     state_bits: list[int] = field(default_factory=list)  # octopt: the bits the state really has
     note: str = ""  # why the row was not measured
 
@@ -81,6 +84,11 @@ class OverheadRow:
     @property
     def per_tensor_s(self) -> float:
         return (self.step_s - self.kernel_s) / max(self.tensors - 1, 1)
+
+    @property
+    def per_tensor_cpu_s(self) -> float:
+        """The overhead from CPU time: at one thread it leaves out the time other processes held the core."""
+        return (min(self.step_cpu_rounds_s) - min(self.kernel_cpu_rounds_s)) / max(self.tensors - 1, 1)
 
     @property
     def paired_s(self) -> list[float]:
@@ -104,6 +112,7 @@ class OverheadRow:
                      step_median_us=statistics.median(self.step_rounds_s) * 1e6,
                      kernel_median_us=statistics.median(self.kernel_rounds_s) * 1e6,
                      overhead_us_per_tensor=self.per_tensor_s * 1e6,
+                     overhead_cpu_us_per_tensor=self.per_tensor_cpu_s * 1e6,
                      overhead_rounds_us=[x * 1e6 for x in self.paired_s], target_us=self.target_us,
                      x_target=self.per_tensor_s * 1e6 / self.target_us if self.target_us else None, ok=self.ok)
         return d
@@ -147,14 +156,16 @@ def make_step(path: str, n: int, elems: int, bits: int) -> tuple[Step, list[int]
 
 
 # -- timing ---------------------------------------------------------------------------------------------
-def _round_median(step: Step, steps: int) -> float:
-    clock = time.perf_counter
-    times = []
+def _round_median(step: Step, steps: int) -> tuple[float, float]:
+    """Median wall and median CPU seconds of `steps` steps."""
+    clock, cpu = time.perf_counter, time.process_time
+    times, cpus = [], []
     for _ in range(steps):
-        t0 = clock()
+        c0, t0 = cpu(), clock()
         step()
         times.append(clock() - t0)
-    return statistics.median(times)
+        cpus.append(cpu() - c0)
+    return statistics.median(times), statistics.median(cpus)
 
 
 def measure(row: OverheadRow, rounds: int, steps: int, warmup: int) -> None:
@@ -169,9 +180,12 @@ def measure(row: OverheadRow, rounds: int, steps: int, warmup: int) -> None:
     try:
         for r in range(rounds):
             # alternate the order so that neither side always runs right after the other's cache footprint
-            pair = ((row.step_rounds_s, many), (row.kernel_rounds_s, one))
-            for out, step in (pair if r % 2 == 0 else pair[::-1]):
-                out.append(_round_median(step, steps))
+            pair = ((row.step_rounds_s, row.step_cpu_rounds_s, many),
+                    (row.kernel_rounds_s, row.kernel_cpu_rounds_s, one))
+            for wall, cpu, step in (pair if r % 2 == 0 else pair[::-1]):
+                w, c = _round_median(step, steps)
+                wall.append(w)
+                cpu.append(c)
     finally:
         if was_enabled:
             gc.enable()
@@ -231,7 +245,7 @@ def run_rows(rows: list[OverheadRow], threads: int, rounds: int, steps: int, war
 # -- output ---------------------------------------------------------------------------------------------
 def overhead_table(rows: list[OverheadRow]) -> str:
     head = ("path", "tensors", "elems each", "bits", "step us", "kernel us", "overhead us/tensor",
-            "rounds min-max", "target", "x target", "pass")
+            "rounds min-max", "cpu-time est.", "target", "x target", "pass")
     lines: list = []
     for elems in dict.fromkeys(r.elems for r in rows):
         if lines:
@@ -245,7 +259,8 @@ def overhead_table(rows: list[OverheadRow]) -> str:
             t = r.target_us
             lines.append((r.name, str(r.tensors), str(r.elems), bits, f"{r.step_s * 1e6:.1f}",
                           f"{r.kernel_s * 1e6:.1f}", f"{r.per_tensor_s * 1e6:.2f}",
-                          f"{min(paired):.2f}-{max(paired):.2f}", f"<= {t:g}" if t else "-",
+                          f"{min(paired):.2f}-{max(paired):.2f}", f"{r.per_tensor_cpu_s * 1e6:.2f}",
+                          f"<= {t:g}" if t else "-",
                           f"{r.per_tensor_s * 1e6 / t:.2f}" if t else "-",
                           ("PASS" if r.ok else "FAIL") if t else "-"))
     return format_table(head, lines, left=1)
@@ -254,7 +269,9 @@ def overhead_table(rows: list[OverheadRow]) -> str:
 EXPLAIN = ("per-tensor overhead: 'step us' = one step of N tensors of E float32 elements; 'kernel us' = one "
            "step of ONE tensor of N*E elements through the same path (same arithmetic, per-tensor costs paid "
            "once);\n'overhead us/tensor' = (step - kernel) / (N - 1); each figure is the minimum over rounds of "
-           "a round's median step, 'rounds min-max' the overhead estimated from each round alone (the noise).")
+           "a round's median step, 'rounds min-max' the overhead estimated from each round alone (the noise);\n"
+           "'cpu-time est.': the same from the process's CPU time (at 1 thread it leaves out the time other "
+           "processes held the core; pass/fail uses wall time).")
 
 
 def print_section(rows: list[OverheadRow], threads: int, rounds: int, steps: int) -> None:
