@@ -16,8 +16,8 @@ from octopt import cli
 
 OCTOPT_ROWS = [f"octopt {cls} {bits}-bit" for cls in ("Adam", "AdamW") for bits in (8, 4, 32)]
 CASES = ["4096", "4096x4"]
-OVERHEAD_TINY = ["--overhead-tensors", "4", "--overhead-sizes", "64", "--overhead-rounds", "1", "--overhead-steps", "2",
-                 "--overhead-warmup", "1"]
+OVERHEAD_TINY = ["--overhead-tensors", "4", "--overhead-sizes", "64", "--overhead-rounds", "1",
+                 "--overhead-steps", "2", "--overhead-warmup", "1"]
 
 
 def _installed(*names: str) -> bool:
@@ -87,8 +87,8 @@ def test_table_and_chart_are_written(bench_run):
 
 def _check_overhead_rows(data: dict, out: str) -> None:
     rows = {(r["path"], r["bits"]): r for r in data["overhead"]["rows"]}
-    want = [("numpy", 32), ("numpy", 8)] + ([("torch", 32), ("torch", 8), ("torch-foreach", 32), ("torch-fused", 32)]
-                                             if _installed("torch") else [])
+    torch_rows = [("torch", 32), ("torch", 8), ("torch-foreach", 32), ("torch-fused", 32)]
+    want = [("numpy", 32), ("numpy", 8)] + (torch_rows if _installed("torch") else [])
     for key in want:
         r = rows[key]
         assert r["tensors"] == 4 and r["elems"] == 64 and len(r["step_rounds_s"]) == 1, r

@@ -83,7 +83,8 @@ def plot_overhead(rows: list, path: str, title: str) -> str | None:
                     label="target" if i == next(j for j, q in enumerate(done) if q.target_us) else None)
     ax.set_xticks(x, labels, fontsize=7, rotation=60, ha="right")
     ax.set_ylabel("overhead per tensor, us ((step - one-tensor step) / (N - 1))")
-    ax.set_title(f"{title}\ngreen: meets the target, red: misses it, gray: reference (no target)", fontsize=10)
+    ax.set_title(f"{title}\ngreen: meets the target, red: misses it, gray: reference (no target)",
+                 fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
     if any(r.target_us for r in done):
         ax.legend(fontsize=8)

@@ -112,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
     load_start = os.getloadavg()
     if args.overhead_only:  # no peer is imported: torch only by the overhead rows that need it
         impls, left_out = [], []
-        versions = {"numpy": np.__version__, "octopt": octopt.__version__, "octopt_simd": octopt.info().get("simd")}
+        versions = {"numpy": np.__version__, "octopt": octopt.__version__,
+                    "octopt_simd": octopt.info().get("simd")}
     else:
         impls, left_out, versions = implementations(args.threads, tuple(args.skip))
     versions["python"] = platform.python_version()
@@ -176,8 +177,8 @@ def run(args: argparse.Namespace) -> int:
         if png:
             print(f"saved {png}")
     if not args.no_chart and any(r.step_rounds_s for r in over_rows):
-        png = plot_overhead(over_rows, os.path.join(out, "overhead.png"),
-                            f"octopt bench: per-tensor overhead of a CPU step, {over_opts['threads']} thread(s)")
+        title = f"octopt bench: per-tensor overhead of a CPU step, {over_opts['threads']} thread(s)"
+        png = plot_overhead(over_rows, os.path.join(out, "overhead.png"), title)
         if png:
             print(f"saved {png}")
     return 0
