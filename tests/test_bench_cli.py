@@ -16,6 +16,8 @@ from octopt import cli
 
 OCTOPT_ROWS = [f"octopt {cls} {bits}-bit" for cls in ("Adam", "AdamW") for bits in (8, 4, 32)]
 CASES = ["4096", "4096x4"]
+OVERHEAD_TINY = ["--overhead-tensors", "4", "--overhead-sizes", "64", "--overhead-rounds", "1",
+                 "--overhead-steps", "2", "--overhead-warmup", "1"]
 
 
 def _installed(*names: str) -> bool:
@@ -28,7 +30,7 @@ def bench_run(tmp_path_factory):
     out = cwd / "results"
     cmd = [sys.executable, "-m", "octopt", "bench", "--sizes", *CASES, "--repeats", "1", "--warmup", "1",
            "--skip", "bnb", "torchao", "--stream-size", "2^16", "--memory-size", "2^16",
-           "--memory-steps", "1", "--out", str(out)]
+           "--memory-steps", "1", *OVERHEAD_TINY, "--out", str(out)]
     p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads((out / "step.json").read_text()), p.stdout, out
@@ -81,6 +83,35 @@ def test_table_and_chart_are_written(bench_run):
     assert "of floor" in out and "x fused" in out and f"saved {folder / 'step.json'}" in out
     if _installed("matplotlib"):
         assert (folder / "step.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _check_overhead_rows(data: dict, out: str) -> None:
+    rows = {(r["path"], r["bits"]): r for r in data["overhead"]["rows"]}
+    torch_rows = [("torch", 32), ("torch", 8), ("torch-foreach", 32), ("torch-fused", 32)]
+    want = [("numpy", 32), ("numpy", 8)] + (torch_rows if _installed("torch") else [])
+    for key in want:
+        r = rows[key]
+        assert r["tensors"] == 4 and r["elems"] == 64 and len(r["step_rounds_s"]) == 1, r
+        assert r["step_us"] > 0 and r["kernel_us"] > 0 and r["overhead_us_per_tensor"] == pytest.approx(
+            (r["step_us"] - r["kernel_us"]) / 3)
+    assert rows[("numpy", 8)]["state_bits"] == [8] and rows[("numpy", 32)]["target_us"] == 2.0
+    assert "per-tensor overhead" in out and "overhead us/tensor" in out
+
+
+def test_overhead_section_is_measured(bench_run):
+    data, out, _ = bench_run
+    _check_overhead_rows(data, out)
+
+
+def test_overhead_only_runs_just_that_section(tmp_path):
+    cmd = [sys.executable, "-m", "octopt", "bench", "--overhead-only", *OVERHEAD_TINY, "--no-chart",
+           "--out", str(tmp_path / "r")]
+    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=dict(os.environ),
+                       check=False)
+    assert p.returncode == 0, p.stderr[-3000:]
+    data = json.loads((tmp_path / "r" / "step.json").read_text())
+    assert data["rows"] == [] and data["stream"] == [] and data["memory"] == []
+    _check_overhead_rows(data, p.stdout)
 
 
 def test_a_bad_size_is_refused_with_its_text(capsys, tmp_path):

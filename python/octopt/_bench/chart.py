@@ -60,3 +60,35 @@ def plot_step(rows: list[Row], floor_gbps: float, memory: list[dict], path: str,
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def plot_overhead(rows: list, path: str, title: str) -> str | None:
+    """The overhead section's PNG: microseconds of overhead per tensor for each measured row (the fastest
+    round's estimate; the error bar spans the rounds), with the issue's target drawn on the octopt rows."""
+    plt = pyplot()
+    if plt is None:
+        return None
+    done = [r for r in rows if r.step_rounds_s]
+    labels = [f"{r.name}\n{r.tensors}x{r.elems}, {r.bits}-bit" for r in done]
+    values = [r.per_tensor_s * 1e6 for r in done]
+    rounds = [[x * 1e6 for x in r.paired_s] for r in done]
+    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(done) + 2), 6), dpi=110)
+    x = np.arange(len(done))
+    colors = ["tab:green" if r.ok else "tab:red" if r.ok is False else "tab:gray" for r in done]
+    ax.bar(x, values, color=colors, yerr=[[max(v - min(rs), 0) for v, rs in zip(values, rounds)],
+                                          [max(max(rs) - v, 0) for v, rs in zip(values, rounds)]], capsize=3)
+    for i, r in enumerate(done):
+        if r.target_us:
+            ax.plot([i - 0.4, i + 0.4], [r.target_us] * 2, color="black", linewidth=1.5,
+                    label="target" if i == next(j for j, q in enumerate(done) if q.target_us) else None)
+    ax.set_xticks(x, labels, fontsize=7, rotation=60, ha="right")
+    ax.set_ylabel("overhead per tensor, us ((step - one-tensor step) / (N - 1))")
+    ax.set_title(f"{title}\ngreen: meets the target, red: misses it, gray: reference (no target)",
+                 fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    if any(r.target_us for r in done):
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,10 +1,12 @@
 """``octopt bench`` and ``python bench/step.py``: one CPU optimizer step of octopt Adam/AdamW (32/8/4-bit
 state) against torch.optim.Adam (fused, foreach), bitsandbytes' Adam8bit, torchao's AdamW8bit and optax's
 adam under jax.jit with donation, in one process, one run and one thread count; a STREAM-style copy/triad
-bandwidth figure; and the peak resident memory of a step (one subprocess per implementation).
+bandwidth figure; the peak resident memory of a step (one subprocess per implementation); and the
+per-tensor overhead of a step of many small tensors (octopt.Adam on NumPy, octopt.torch.AdamW, against one
+tensor of the same total size; torch.optim.Adam as reference).
 
-Prints the tables and writes step.json and step.png into the results folder. bench/README.md explains
-every column.
+Prints the tables and writes step.json, step.png and overhead.png into the results folder. bench/README.md
+explains every column.
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ import platform
 import statistics
 import sys
 
-from . import bandwidth, memory
+import numpy as np
+
+import octopt
+
+from . import bandwidth, memory, overhead
 from .cases import BYTES_PER_PARAM, DEFAULT_SIZES, QUICK_SIZES, parse_case, parse_size
-from .chart import plot_step
+from .chart import plot_overhead, plot_step
 from .peers import FAMILIES, implementations
 from .results import results_dir, save_json
 from .rows import Row, fused_of, step_table, targets
@@ -53,8 +59,12 @@ def add_arguments(p: argparse.ArgumentParser, default_root: str = DEFAULT_ROOT) 
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--memory-only", action="store_true", help="only the memory table")
     mode.add_argument("--no-memory", action="store_true", help="skip the memory table")
+    mode.add_argument("--overhead-only", action="store_true", help="only the per-tensor overhead table")
+    p.add_argument("--no-overhead", action="store_true", help="skip the per-tensor overhead table")
+    overhead.add_options(p, prefix="overhead-")
     p.add_argument("--quick", action="store_true",
-                   help=f"fast check: {' '.join(QUICK_SIZES)}, 3 steps, STREAM and memory rows at 2^22")
+                   help=f"fast check: {' '.join(QUICK_SIZES)}, 3 steps, STREAM and memory rows at 2^22, "
+                        "overhead in 3 rounds of 10 steps")
     p.add_argument("--out", metavar="DIR", help=f"results folder (default {default_root}/<timestamp>/)")
     p.add_argument("--no-chart", action="store_true", help="no PNG (matplotlib not needed)")
     p.set_defaults(func=run, default_root=default_root)
@@ -67,6 +77,7 @@ def _apply_quick(args: argparse.Namespace) -> None:
         args.stream_size = min(args.stream_size, 1 << 22)
         args.memory_size = min(args.memory_size, 1 << 22)
         args.memory_steps = min(args.memory_steps, 3)
+        args.overhead_rounds, args.overhead_steps = min(args.overhead_rounds, 3), min(args.overhead_steps, 10)
     args.sizes = args.sizes or list(DEFAULT_SIZES)
 
 
@@ -86,9 +97,25 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"octopt bench: {e}", file=sys.stderr)
         return 2
+    if args.overhead_only and args.no_overhead:
+        print("octopt bench: --overhead-only and --no-overhead exclude each other", file=sys.stderr)
+        return 2
+    over_opts = overhead.options(args, "overhead-")
+    bad = overhead.check_options(over_opts)
+    if bad:
+        print(f"octopt bench: --overhead-*: {bad}", file=sys.stderr)
+        return 2
+    do_steps = not (args.memory_only or args.overhead_only)
+    do_memory = not (args.no_memory or args.overhead_only)
+    do_overhead = not (args.no_overhead or args.memory_only)
     out = results_dir(args.out, args.default_root)
     load_start = os.getloadavg()
-    impls, left_out, versions = implementations(args.threads, tuple(args.skip))
+    if args.overhead_only:  # no peer is imported: torch only by the overhead rows that need it
+        impls, left_out = [], []
+        versions = {"numpy": np.__version__, "octopt": octopt.__version__,
+                    "octopt_simd": octopt.info().get("simd")}
+    else:
+        impls, left_out, versions = implementations(args.threads, tuple(args.skip))
     versions["python"] = platform.python_version()
     print(f"octopt step benchmark: {args.threads} thread(s), {args.repeats} timed steps after {args.warmup} "
           f"warm-up; {platform.machine()} x{os.cpu_count()}; load avg {load_start}")
@@ -97,21 +124,30 @@ def run(args: argparse.Namespace) -> int:
     for s in left_out:
         print(f"skipped {s}")
 
-    stream_rounds = 0 if args.memory_only else 2 * 2 * len({1, args.threads})
+    stream_rounds = 2 * 2 * len({1, args.threads}) if do_steps else 0
     mem_impls = memory.IMPLS if "torch" not in args.skip else [i for i in memory.IMPLS if "torch" not in i]
-    n_mem = 0 if args.no_memory else len(mem_impls)
-    progress = Progress(stream_rounds + (0 if args.memory_only else len(cases) * len(impls)) + n_mem)
+    n_mem = len(mem_impls) if do_memory else 0
+    over_rows = overhead.plan_rows(tuple(over_opts["paths"]), over_opts["tensors"], tuple(over_opts["sizes"]),
+                                   tuple(over_opts["bits"])) if do_overhead else []
+    progress = Progress(stream_rounds + (len(cases) * len(impls) if do_steps else 0) + n_mem + len(over_rows))
     streams: dict = {}
     rows: list[Row] = []
-    if not args.memory_only:
+    if do_steps:
         _stream_round(streams, args, progress, "start")
         per_param: dict = {}
         for case in cases:
             run_case(case, impls, args, progress, per_param, rows)
             gc.collect()
         _stream_round(streams, args, progress, "end")  # the load on a shared machine drifts
-    mem, mem_failed = ([], []) if args.no_memory else memory.run_all(
-        args.memory_size, args.threads, args.memory_steps, mem_impls, progress)
+    over_data = None
+    if over_rows:
+        overhead.run_rows(over_rows, over_opts["threads"], over_opts["rounds"], over_opts["steps"],
+                          over_opts["warmup"], progress)
+        over_data = {"options": over_opts, "targets_us": overhead.TARGETS_US, "method": overhead.EXPLAIN,
+                     "rows": [r.to_json() for r in over_rows]}
+        gc.collect()
+    mem, mem_failed = memory.run_all(args.memory_size, args.threads, args.memory_steps, mem_impls,
+                                     progress) if do_memory else ([], [])
     progress.close()
     load_end = os.getloadavg()
 
@@ -123,11 +159,14 @@ def run(args: argparse.Namespace) -> int:
                         "gbps": r.gbps} for r in streams.values()],
             "floor_gbps": floor_gbps,
             "rows": [r.to_json(floor_gbps, fused_of(rows, r.case)) for r in rows] if rows else [],
-            "targets": targets(rows), "memory": mem, "memory_failed": mem_failed}
+            "targets": targets(rows), "memory": mem, "memory_failed": mem_failed, "overhead": over_data}
     print()
     if rows:
         _print_step(rows, streams, floor_gbps, data["targets"])
-    if not args.no_memory:
+    if over_rows:
+        overhead.print_section(over_rows, over_opts["threads"], over_opts["rounds"], over_opts["steps"])
+        print()
+    if do_memory:
         _print_memory(mem, mem_failed, args.memory_size, args.memory_steps)
     print(f"load average: start {load_start}, end {load_end}")
     print(f"saved {save_json(os.path.join(out, 'step.json'), data)}")
@@ -135,6 +174,11 @@ def run(args: argparse.Namespace) -> int:
         title = (f"octopt bench: one optimizer step, {args.threads} thread(s), median of {args.repeats}; "
                  f"load avg {load_start[0]:.1f}-{load_end[0]:.1f}")
         png = plot_step(rows, floor_gbps, mem, os.path.join(out, "step.png"), title)
+        if png:
+            print(f"saved {png}")
+    if not args.no_chart and any(r.step_rounds_s for r in over_rows):
+        title = f"octopt bench: per-tensor overhead of a CPU step, {over_opts['threads']} thread(s)"
+        png = plot_overhead(over_rows, os.path.join(out, "overhead.png"), title)
         if png:
             print(f"saved {png}")
     return 0
