@@ -16,4 +16,7 @@ void export_runtime(nb::module_& m) {
   m.def("cuda_runtime_version", &octopt::cuda::runtime_version);
   m.def("set_num_threads", &octopt::set_num_threads, nb::arg("n"));
   m.def("get_num_threads", &octopt::get_num_threads);
+  // Private, for the tests of the pool (tests/test_fork_safety.py).
+  m.def("_max_concurrent_regions", &octopt::detail::max_concurrent_regions, nb::arg("reset") = false);
+  m.def("_regions_at_last_fork", &octopt::detail::regions_at_last_fork);
 }
