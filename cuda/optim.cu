@@ -232,7 +232,7 @@ void step(DevicePlan& plan, const StepArgs& args, cudaStream_t stream) {
   // One launch (LAMB/LARS: two, because every tile of the update needs its tensor's trust ratio,
   // which needs all of that tensor's norms). The last tile of the final launch advances the step
   // counters, so nothing else is enqueued.
-  if (I.kind == OptimKind::lamb || I.kind == OptimKind::lars) {
+  if (optim_uses_trust_ratio(I.kind)) {
     detail::launch_step(tb, detail::kPhaseNorms, I.smem, stream);
     detail::launch_step(tb, detail::kPhaseApply, I.smem, stream);
   } else {

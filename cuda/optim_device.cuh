@@ -8,9 +8,8 @@
 namespace octopt::cuda::detail {
 
 constexpr int kStepThreads = 256;
-// Same chunking as the CPU backend (optim_cpu.cpp): LAMB/LARS norms are summed per chunk of
-// whole blocks, then chunk by chunk, so both backends add the same doubles in the same order.
-constexpr std::int64_t kChunkElems = 16384;
+// LAMB/LARS norms are summed per block, per chunk of whole blocks, then chunk by chunk, with the
+// chunking of both backends (numerics/chunking.hpp), so they add the same doubles in the same order.
 // A thread block steps a tile of whole quantization blocks of one tensor, so that loading the
 // codebooks into shared memory is paid once per tile rather than once per block.
 constexpr std::int64_t kTileElems = 4096;

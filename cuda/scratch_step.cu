@@ -180,7 +180,7 @@ void Launch::enqueue(void* scratch, cudaStream_t stream) const {
   detail::check_launch("octopt.optax: step preparation kernel (CUDA)");
   // 3. The fused step.
   detail::reserve_step_smem(L.smem);
-  if (tb.kind == OptimKind::lamb || tb.kind == OptimKind::lars) {
+  if (optim_uses_trust_ratio(tb.kind)) {
     detail::launch_step(tb, detail::kPhaseNorms, L.smem, stream);
     detail::launch_step(tb, detail::kPhaseApply, L.smem, stream);
   } else {

@@ -28,7 +28,7 @@ StepLayout layout_step(const StepConfig& cfg, const StepTensor* slots, std::size
   validate_step(cfg, slots, n_slots, fn);
   if (n_slots > std::size_t(1) << 30) throw std::invalid_argument(f + ": too many tensors");
   if (n_groups < 1 && n_slots > 0) throw std::invalid_argument(f + ": no parameter groups");
-  const bool norms = cfg.kind == OptimKind::lamb || cfg.kind == OptimKind::lars;
+  const bool norms = optim_uses_trust_ratio(cfg.kind);
   const int nstates = optim_num_states(cfg.kind);
 
   StepLayout L;
@@ -46,14 +46,14 @@ StepLayout layout_step(const StepConfig& cfg, const StepTensor* slots, std::size
     t.n = s.n;
     t.block_size = s.block_size;
     t.blocks_per_tile = int(std::max<std::int64_t>(1, kTileElems / s.block_size));
-    t.blocks_per_chunk = int(std::max<std::int64_t>(1, kChunkElems / s.block_size));
+    t.blocks_per_chunk = int(chunk_blocks(s.block_size));
     t.group = groups[i];
     t.param_dtype = std::int32_t(s.param_dtype);
     t.rng_stream = s.rng_stream;
-    const std::int64_t nb = num_blocks(s.n, s.block_size);
+    const std::int64_t nb = block_count(s.n, s.block_size);
     t.block_begin = blocks;
     t.chunk_begin = chunks;
-    t.n_chunks = (nb + t.blocks_per_chunk - 1) / t.blocks_per_chunk;
+    t.n_chunks = chunk_count(s.n, s.block_size);
     blocks += nb;
     chunks += t.n_chunks;
     for (int k = 0; k < 3; ++k) {
@@ -111,7 +111,7 @@ std::vector<unsigned char> StepLayout::image(const StepConfig& cfg) const {
 }
 
 Tables StepLayout::bind(void* base) const {
-  const bool norms = tables.kind == OptimKind::lamb || tables.kind == OptimKind::lars;
+  const bool norms = optim_uses_trust_ratio(tables.kind);
   Tables tb = tables;
   tb.tensors = at<const DevTensor>(base, o_tensors);
   tb.tile_offsets = at<const std::int64_t>(base, o_tiles);

@@ -3,13 +3,10 @@
 // parallel region (CPU) or one kernel launch (CUDA). Per block, in float32: dequantize the state
 // with the old absmax -> update -> new absmax -> requantize; the parameter update uses the fresh
 // float32 moments. A block whose gradient holds NaN/Inf is left unchanged (parameter and state).
+// The per-block pipeline (state slots, update rules, encoding, percentile scaling, chunking, trust
+// ratios, step scalars) is the OCTOPT_HD code of numerics/, shared by both backends.
 //
-// State slots per optimizer (s0, s1, s2):
-//   adam, adamw, lamb  m (signed), v (unsigned)
-//   ademamix           m1 (signed), nu (unsigned), m2 slow EMA (signed)
-//   sgd, lars, lion    momentum / EMA (signed)
-//   rmsprop            square average (unsigned), momentum buffer (signed), gradient average (signed)
-//   adagrad            sum of squares (unsigned)
+// State slots per optimizer (s0, s1, s2): numerics/state_slots.hpp.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,9 +15,12 @@
 
 #include "config.hpp"
 #include "dtype.hpp"
+#include "numerics/chunking.hpp"
 #include "numerics/codebook.hpp"
 #include "numerics/hyper_params.hpp"
+#include "numerics/state_slots.hpp"
 #include "numerics/step_scalars.hpp"
+#include "numerics/trust_ratio.hpp"
 #include "numerics/update_rules.hpp"
 
 namespace octopt {

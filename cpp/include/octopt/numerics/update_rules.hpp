@@ -1,23 +1,15 @@
 #pragma once
 // The per-element update of every optimizer, shared by the CPU and CUDA backends. States arrive
-// dequantized to float32 (s0, s1, s2; their meaning per optimizer is listed in optim.hpp) and the
-// parameter update uses the fresh float32 moments.
+// dequantized to float32 (s0, s1, s2; their meaning per optimizer: state_slots.hpp) and the
+// parameter update uses the fresh float32 moments. Where torch.optim is the reference, the float32
+// operations follow its single-tensor code in the same order.
 #include <cmath>
 
 #include "../config.hpp"
+#include "state_slots.hpp"
 #include "step_scalars.hpp"
 
 namespace octopt {
-
-enum class OptimKind : std::uint8_t { adam = 0, adamw, sgd, rmsprop, adagrad, lion, ademamix, lamb, lars };
-
-// State slots (s0, s1, s2) an optimizer may use; which of them a tensor really allocates depends on
-// hyper-parameters (e.g. SGD without momentum uses none).
-OCTOPT_HD constexpr int optim_state_slots(OptimKind kind) {
-  return (kind == OptimKind::adam || kind == OptimKind::adamw || kind == OptimKind::lamb)   ? 2
-         : (kind == OptimKind::ademamix || kind == OptimKind::rmsprop) ? 3
-                                                                         : 1;
-}
 
 OCTOPT_HD float rule_sqrt(float x) {
 #if defined(__CUDA_ARCH__)
@@ -106,6 +98,24 @@ OCTOPT_HD float update_element(const SlotScalars& h, float p, float g, float& s0
     }
     return p - h.lr * h.trust * d;
   }
+}
+
+// update_element of an optimizer chosen at run time (the CUDA kernel's form: the branch is uniform
+// over the grid, and one kernel holds every optimizer).
+OCTOPT_HD float update_element_any(OptimKind kind, const SlotScalars& h, float p, float g, float& s0, float& s1,
+                                   float& s2, float* u_out = nullptr) {
+  switch (kind) {
+    case OptimKind::adam: return update_element<OptimKind::adam>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::adamw: return update_element<OptimKind::adamw>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::sgd: return update_element<OptimKind::sgd>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::rmsprop: return update_element<OptimKind::rmsprop>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::adagrad: return update_element<OptimKind::adagrad>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::lion: return update_element<OptimKind::lion>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::ademamix: return update_element<OptimKind::ademamix>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::lamb: return update_element<OptimKind::lamb>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::lars: return update_element<OptimKind::lars>(h, p, g, s0, s1, s2, u_out);
+  }
+  return p;
 }
 
 }  // namespace octopt
