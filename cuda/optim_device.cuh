@@ -85,6 +85,7 @@ struct Tables {
   const Codebook* codebooks;
   const unsigned char* args;  // the uploaded blob
   std::int64_t* steps;        // per tensor: steps taken
+  float* mu_product;          // per tensor: NAdam's running product of mu (StepTensor::mu_product)
   DevCounters* counters;
   float* trust;               // per tensor: trust ratio of its last step (1 for optimizers without one)
   unsigned int* tile_counters;  // LAMB/LARS: per tensor, tiles of the norms pass finished; 0 between launches

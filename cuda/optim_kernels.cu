@@ -11,6 +11,7 @@
 #include "octopt/numerics/hyper_params.hpp"
 #include "octopt/numerics/percentile.hpp"
 #include "octopt/numerics/rng.hpp"
+#include "octopt/numerics/schedules.hpp"
 #include "octopt/numerics/state_slots.hpp"
 #include "octopt/numerics/trust_ratio.hpp"
 #include "octopt/numerics/update_rules.hpp"
@@ -54,12 +55,13 @@ struct SharedScalars {
   float scale[3];
 };
 
-// The scalars of tensor `ti` for the step in flight: its step count is advanced only when the
-// whole step is done (finish_step), so every tile of every launch of the step derives the same
-// scalars from steps[ti] + 1, with the host's double-precision code.
+// The scalars of tensor `ti` for the step in flight: its step count (and NAdam's mu product) is
+// advanced only when the whole step is done (finish_step), so every tile of every launch of the
+// step derives the same scalars from steps[ti] + 1, with the host's double-precision code.
 __device__ SlotScalars tile_scalars(const Tables& tb, const DevTensor& t, int ti, int phase) {
   const HyperParams* hp = args_hparams(tb.args, tb.n_tensors);
   SlotScalars s = scalars_for_step(tb.kind, hp[t.group], tb.steps[ti] + 1);
+  if (tb.kind == OptimKind::nadam) nadam_bind(s, nadam_advance(tb.mu_product[ti], s.nadam_mu));
   if (phase == kPhaseApply) s.trust = tb.trust[ti];  // from the norms pass
   return s;
 }

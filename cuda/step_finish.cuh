@@ -6,6 +6,8 @@
 #include <cuda/atomic>
 
 #include "octopt/numerics/chunking.hpp"
+#include "octopt/numerics/hyper_params.hpp"
+#include "octopt/numerics/schedules.hpp"
 #include "octopt/numerics/trust_ratio.hpp"
 #include "optim_device.cuh"
 
@@ -50,13 +52,18 @@ __device__ inline void finish_norms(const Tables& tb, int ti, const SlotScalars&
 }
 
 // The bookkeeping of a step, by the last tile of its final launch to finish (every other tile has
-// read the step counts and the global step it needed): advance the step count of every tensor
-// that was stepped, publish the skipped-block count, and leave the per-step counters at zero.
+// read the step counts, NAdam's mu products and the global step it needed): advance the step count
+// (and NAdam's mu product, as the tiles derived it) of every tensor that was stepped, publish the
+// skipped-block count, and leave the per-step counters at zero.
 __device__ inline void finish_step(const Tables& tb) {
   const DevGrad* grads = args_grads(tb.args);
   const bool norms = optim_uses_trust_ratio(tb.kind);
   for (int i = int(threadIdx.x); i < tb.n_tensors; i += int(blockDim.x)) {
     if (!grads[i].ptr) continue;
+    if (tb.kind == OptimKind::nadam) {
+      const HyperParams& hp = args_hparams(tb.args, tb.n_tensors)[tb.tensors[i].group];
+      tb.mu_product[i] = nadam_advance(tb.mu_product[i], nadam_mu(hp.beta1, hp.momentum_decay, double(tb.steps[i] + 1)));
+    }
     tb.steps[i] += 1;
     // The norms pass wrote the trust of every stepped tensor that has a tile; an empty tensor's
     // norms are 0, so its trust is 1, as every optimizer without trust ratios reports.

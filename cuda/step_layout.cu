@@ -34,6 +34,7 @@ StepLayout layout_step(const StepConfig& cfg, const StepTensor* slots, std::size
   StepLayout L;
   L.tensors.resize(n_slots);
   L.tile_offsets.assign(n_slots + 1, 0);
+  L.mu_products.resize(n_slots);
   std::int64_t blocks = 0, chunks = 0;
   int max_block = 32;
   for (std::size_t i = 0; i < n_slots; ++i) {
@@ -50,6 +51,7 @@ StepLayout layout_step(const StepConfig& cfg, const StepTensor* slots, std::size
     t.group = groups[i];
     t.param_dtype = std::int32_t(s.param_dtype);
     t.rng_stream = s.rng_stream;
+    L.mu_products[i] = s.mu_product;
     const std::int64_t nb = block_count(s.n, s.block_size);
     t.block_begin = blocks;
     t.chunk_begin = chunks;
@@ -82,6 +84,7 @@ StepLayout layout_step(const StepConfig& cfg, const StepTensor* slots, std::size
   L.o_tensors = take(sizeof(DevTensor) * n_slots);
   L.o_tiles = take(sizeof(std::int64_t) * (n_slots + 1));
   L.o_cb = take(sizeof(Codebook) * std::size_t(std::max(cfg.num_codebooks, 0)));
+  L.o_mu = take(sizeof(float) * n_slots);
   L.o_args = take(L.args_bytes);
   L.o_steps = take(sizeof(std::int64_t) * n_slots);
   L.o_counters = take(sizeof(DevCounters));
@@ -107,6 +110,7 @@ std::vector<unsigned char> StepLayout::image(const StepConfig& cfg) const {
   std::memcpy(img.data() + o_tiles, tile_offsets.data(), sizeof(std::int64_t) * tile_offsets.size());
   if (cfg.num_codebooks > 0)
     std::memcpy(img.data() + o_cb, cfg.codebooks, sizeof(Codebook) * std::size_t(cfg.num_codebooks));
+  if (!mu_products.empty()) std::memcpy(img.data() + o_mu, mu_products.data(), sizeof(float) * mu_products.size());
   return img;
 }
 
@@ -118,6 +122,7 @@ Tables StepLayout::bind(void* base) const {
   tb.codebooks = at<const Codebook>(base, o_cb);
   tb.args = at<const unsigned char>(base, o_args);
   tb.steps = at<std::int64_t>(base, o_steps);
+  tb.mu_product = at<float>(base, o_mu);
   tb.counters = at<DevCounters>(base, o_counters);
   tb.trust = at<float>(base, o_trust);
   tb.tile_counters = norms ? at<unsigned int>(base, o_tile_counters) : nullptr;

@@ -53,6 +53,8 @@ void validate_step(const StepConfig& cfg, const StepTensor* slots, std::size_t n
     const std::string where = f + ": tensor " + std::to_string(i) + ": ";
     if (s.n < 0) throw std::invalid_argument(where + "negative element count");
     validate_block_size(s.block_size, fn);
+    if (cfg.kind == OptimKind::nadam && !(s.mu_product >= 0.0f && s.mu_product <= 1.0f))
+      throw std::invalid_argument(where + "mu_product must be in [0, 1], got " + std::to_string(s.mu_product));
     if (s.grad && s.grad_dtype != s.param_dtype && s.grad_dtype != DType::f32)
       throw std::invalid_argument(where + "gradient dtype " + dtype_name(s.grad_dtype) + " must be the parameter's (" +
                                   dtype_name(s.param_dtype) + ") or float32");
@@ -94,6 +96,14 @@ StepResult step(const StepConfig& cfg, StepTensor* slots, std::size_t n_slots, S
   ws.offsets[0] = 0;
   for (std::size_t i = 0; i < n_slots; ++i)
     ws.offsets[i + 1] = ws.offsets[i] + (slots[i].grad ? chunk_count(slots[i].n, slots[i].block_size) : 0);
+  if (cfg.kind == OptimKind::nadam) {
+    // the tensor's running product of mu moves to this step before its coefficients are derived
+    for (std::size_t i = 0; i < n_slots; ++i) {
+      if (!slots[i].grad) continue;
+      slots[i].mu_product = nadam_advance(slots[i].mu_product, slots[i].scalars.nadam_mu);
+      nadam_bind(slots[i].scalars, slots[i].mu_product);
+    }
+  }
   StepResult result;
   if (optim_uses_trust_ratio(cfg.kind)) {
     ws.partials.resize(std::size_t(2 * ws.offsets[n_slots]));

@@ -1,5 +1,6 @@
 // Host-side, double-precision preparation of a step: bias corrections and schedules.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -8,10 +9,17 @@
 
 namespace octopt {
 namespace {
-constexpr const char* kNames[] = {"adam", "adamw", "sgd", "rmsprop", "adagrad", "lion", "ademamix", "lamb", "lars"};
+// In OptimKind order.
+constexpr const char* kNames[] = {"adam", "adamw", "sgd",  "rmsprop", "adagrad", "lion",
+                                  "ademamix", "lamb", "lars", "radam", "nadam"};
+static_assert(sizeof kNames / sizeof *kNames == std::size_t(kNumOptimKinds), "one name per OptimKind");
 }
 
-const char* optim_name(OptimKind kind) { return kNames[int(kind)]; }
+const char* optim_name(OptimKind kind) {
+  if (int(kind) >= kNumOptimKinds)
+    throw std::invalid_argument("optim_name: unknown optimizer kind " + std::to_string(int(kind)));
+  return kNames[int(kind)];
+}
 
 OptimKind parse_optim(const std::string& name) {
   std::string lower = name;

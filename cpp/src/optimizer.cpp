@@ -29,7 +29,9 @@ std::vector<SlotDef> slot_defs(OptimKind kind) {
   switch (kind) {
     case OptimKind::adam:
     case OptimKind::adamw:
-    case OptimKind::lamb: return {{"exp_avg", true}, {"exp_avg_sq", false}};
+    case OptimKind::lamb:
+    case OptimKind::radam:
+    case OptimKind::nadam: return {{"exp_avg", true}, {"exp_avg_sq", false}};
     case OptimKind::ademamix: return {{"m1", true}, {"nu", false}, {"m2", true}};
     case OptimKind::sgd:
     case OptimKind::lars: return {{"momentum_buffer", true}};

@@ -352,6 +352,8 @@ OptimBlockFn select_optim(OptimKind k, DType p, DType g) {
     case OptimKind::ademamix: return select_param<OptimKind::ademamix>(p, g);
     case OptimKind::lamb: return select_param<OptimKind::lamb>(p, g);
     case OptimKind::lars: return select_param<OptimKind::lars>(p, g);
+    case OptimKind::radam: return select_param<OptimKind::radam>(p, g);
+    case OptimKind::nadam: return select_param<OptimKind::nadam>(p, g);
   }
   return nullptr;
 }

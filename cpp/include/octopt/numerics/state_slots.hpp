@@ -4,7 +4,8 @@
 // (CPU and CUDA) and the optimizer front ends read these; nothing else spells them out.
 //
 //   kind                      s0                      s1                     s2
-//   adam, adamw, lamb         exp_avg (signed)        exp_avg_sq (unsigned)
+//   adam, adamw, lamb,        exp_avg (signed)        exp_avg_sq (unsigned)
+//   radam, nadam
 //   ademamix                  m1 (signed)             nu (unsigned)          m2 (signed)
 //   sgd, lars                 momentum_buffer (signed)
 //   lion                      exp_avg (signed)
@@ -20,13 +21,15 @@ namespace octopt {
 // State slots the optimizer may use (1..3); which of them a tensor allocates: state_slot_used.
 OCTOPT_HD constexpr int optim_state_slots(OptimKind kind) {
   return (kind == OptimKind::ademamix || kind == OptimKind::rmsprop)                                  ? 3
-         : (kind == OptimKind::adam || kind == OptimKind::adamw || kind == OptimKind::lamb)           ? 2
+         : (kind == OptimKind::adam || kind == OptimKind::adamw || kind == OptimKind::lamb ||
+            kind == OptimKind::radam || kind == OptimKind::nadam)                                      ? 2
                                                                                                        : 1;
 }
 
 // Optimizers with the Adam pair (exp_avg, exp_avg_sq) as their state.
 OCTOPT_HD constexpr bool optim_has_adam_slots(OptimKind kind) {
-  return kind == OptimKind::adam || kind == OptimKind::adamw || kind == OptimKind::lamb;
+  return kind == OptimKind::adam || kind == OptimKind::adamw || kind == OptimKind::lamb || kind == OptimKind::radam ||
+         kind == OptimKind::nadam;
 }
 
 // torch.optim's name of slot `slot` of this optimizer; "" past optim_state_slots(kind).
