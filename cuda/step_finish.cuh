@@ -62,7 +62,8 @@ __device__ inline void finish_step(const Tables& tb) {
     if (!grads[i].ptr) continue;
     if (tb.kind == OptimKind::nadam) {
       const HyperParams& hp = args_hparams(tb.args, tb.n_tensors)[tb.tensors[i].group];
-      tb.mu_product[i] = nadam_advance(tb.mu_product[i], nadam_mu(hp.beta1, hp.momentum_decay, double(tb.steps[i] + 1)));
+      const double t = double(tb.steps[i] + 1);  // the step just taken, as tile_scalars derived it
+      tb.mu_product[i] = nadam_advance(tb.mu_product[i], nadam_mu(hp.beta1, hp.momentum_decay, t));
     }
     tb.steps[i] += 1;
     // The norms pass wrote the trust of every stepped tensor that has a tile; an empty tensor's

@@ -110,8 +110,9 @@ namespace cuda {
 class DevicePlan {
  public:
   // slots: device pointers on `device` (param and state buffers; grad pointers are ignored), and
-  // NAdam's starting mu_product per tensor (then held on the device: read_mu_products). groups[i] (< n_groups) is the hyper-parameter group of slots[i]. cfg: kind and codebooks
-  // (copied to the device); seed keys stochastic rounding. Throws std::invalid_argument naming `fn`.
+  // NAdam's starting mu_product per tensor (then held on the device: read_mu_products). groups[i]
+  // (< n_groups) is the hyper-parameter group of slots[i]. cfg: kind and codebooks (copied to the
+  // device); seed keys stochastic rounding. Throws std::invalid_argument naming `fn`.
   DevicePlan(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const int* groups, int n_groups,
              int device, const char* fn = "Optimizer");
   ~DevicePlan();

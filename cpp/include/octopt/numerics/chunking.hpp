@@ -14,7 +14,9 @@ namespace octopt {
 inline constexpr std::int64_t kChunkElems = 16384;
 
 // Blocks of a tensor of n elements.
-OCTOPT_HD constexpr std::int64_t block_count(std::int64_t n, int block_size) { return (n + block_size - 1) / block_size; }
+OCTOPT_HD constexpr std::int64_t block_count(std::int64_t n, int block_size) {
+  return (n + block_size - 1) / block_size;
+}
 
 // Whole blocks per chunk: kChunkElems / block_size, at least one.
 OCTOPT_HD constexpr std::int64_t chunk_blocks(int block_size) {
