@@ -57,6 +57,8 @@ void put_hparams(unsigned char* dst, const HyperParams& h) {
   d->t_beta3 = h.t_beta3;
   d->bias_correction = h.bias_correction;
   d->maximize = h.maximize;
+  d->decoupled_weight_decay = h.decoupled_weight_decay;
+  d->momentum_decay = h.momentum_decay;
 }
 
 }  // namespace
@@ -232,7 +234,7 @@ void step(DevicePlan& plan, const StepArgs& args, cudaStream_t stream) {
   // One launch (LAMB/LARS: two, because every tile of the update needs its tensor's trust ratio,
   // which needs all of that tensor's norms). The last tile of the final launch advances the step
   // counters, so nothing else is enqueued.
-  if (I.kind == OptimKind::lamb || I.kind == OptimKind::lars) {
+  if (optim_uses_trust_ratio(I.kind)) {
     detail::launch_step(tb, detail::kPhaseNorms, I.smem, stream);
     detail::launch_step(tb, detail::kPhaseApply, I.smem, stream);
   } else {
@@ -280,6 +282,28 @@ void write_steps(DevicePlan& plan, const std::int64_t* per_tensor, std::int64_t 
           "write_steps: cudaMemcpy");
   const unsigned long long g = static_cast<unsigned long long>(global_step);
   check(cudaMemcpy(&I.tables.counters->global_step, &g, sizeof g, cudaMemcpyHostToDevice), "write_steps: cudaMemcpy");
+}
+
+void read_mu_products(DevicePlan& plan, float* per_tensor) {
+  DevicePlan::Impl& I = plan.impl();
+  DeviceGuard guard(I.device);
+  check(cudaDeviceSynchronize(), "read_mu_products: cudaDeviceSynchronize");
+  if (I.n > 0)
+    check(cudaMemcpy(per_tensor, I.tables.mu_product, sizeof(float) * std::size_t(I.n), cudaMemcpyDeviceToHost),
+          "read_mu_products: cudaMemcpy");
+}
+
+void write_mu_products(DevicePlan& plan, const float* per_tensor) {
+  DevicePlan::Impl& I = plan.impl();
+  DeviceGuard guard(I.device);
+  for (int i = 0; i < I.n; ++i)
+    if (!(per_tensor[i] >= 0.0f && per_tensor[i] <= 1.0f))
+      throw std::invalid_argument("write_mu_products: mu_product of tensor " + std::to_string(i) +
+                                  " must be in [0, 1], got " + std::to_string(per_tensor[i]));
+  check(cudaDeviceSynchronize(), "write_mu_products: cudaDeviceSynchronize");
+  if (I.n > 0)
+    check(cudaMemcpy(I.tables.mu_product, per_tensor, sizeof(float) * std::size_t(I.n), cudaMemcpyHostToDevice),
+          "write_mu_products: cudaMemcpy");
 }
 
 std::vector<float> trust_ratios(DevicePlan& plan) {

@@ -8,9 +8,8 @@
 namespace octopt::cuda::detail {
 
 constexpr int kStepThreads = 256;
-// Same chunking as the CPU backend (optim_cpu.cpp): LAMB/LARS norms are summed per chunk of
-// whole blocks, then chunk by chunk, so both backends add the same doubles in the same order.
-constexpr std::int64_t kChunkElems = 16384;
+// LAMB/LARS norms are summed per block, per chunk of whole blocks, then chunk by chunk, with the
+// chunking of both backends (numerics/chunking.hpp), so they add the same doubles in the same order.
 // A thread block steps a tile of whole quantization blocks of one tensor, so that loading the
 // codebooks into shared memory is paid once per tile rather than once per block.
 constexpr std::int64_t kTileElems = 4096;
@@ -86,6 +85,7 @@ struct Tables {
   const Codebook* codebooks;
   const unsigned char* args;  // the uploaded blob
   std::int64_t* steps;        // per tensor: steps taken
+  float* mu_product;          // per tensor: NAdam's running product of mu (StepTensor::mu_product)
   DevCounters* counters;
   float* trust;               // per tensor: trust ratio of its last step (1 for optimizers without one)
   unsigned int* tile_counters;  // LAMB/LARS: per tensor, tiles of the norms pass finished; 0 between launches

@@ -1,14 +1,19 @@
-// CUDA kernels of the fused optimizer step. The per-element arithmetic (update rules, codebook
-// search, conversions, RNG, step scalars) is the shared code of numerics/; this file holds only
-// the block pipeline, loads/stores and reductions, in the same order as the CPU backend
-// (cpu/kernels_impl.cpp), so that results are bit-identical with nearest rounding.
+// CUDA kernels of the fused optimizer step. The per-element and per-block arithmetic (update rules,
+// state slots, encoding and decoding, percentile ranks, chunking, trust ratios, RNG keys, step
+// scalars) is the shared code of numerics/; this file holds only the block loop, loads/stores and
+// reductions, in the same order as the CPU backend (cpu/kernels_impl.cpp), so that results are
+// bit-identical with nearest rounding.
 #include <cub/block/block_reduce.cuh>
 
 #include "check.cuh"
 #include "octopt/numerics/codebook.hpp"
 #include "octopt/numerics/convert.hpp"
 #include "octopt/numerics/hyper_params.hpp"
+#include "octopt/numerics/percentile.hpp"
 #include "octopt/numerics/rng.hpp"
+#include "octopt/numerics/schedules.hpp"
+#include "octopt/numerics/state_slots.hpp"
+#include "octopt/numerics/trust_ratio.hpp"
 #include "octopt/numerics/update_rules.hpp"
 #include "optim_kernels.cuh"
 #include "step_finish.cuh"
@@ -35,56 +40,14 @@ struct MaxU3 {
   }
 };
 
-// The optimizer is chosen at run time: the branch is uniform over the whole grid, and one
-// instantiation per optimizer inside one kernel keeps compile time and binary size small.
-__device__ __forceinline__ float update_any(OptimKind kind, const SlotScalars& h, float p, float g, float& s0,
-                                            float& s1, float& s2, float* u) {
-  switch (kind) {
-    case OptimKind::adam: return update_element<OptimKind::adam>(h, p, g, s0, s1, s2, u);
-    case OptimKind::adamw: return update_element<OptimKind::adamw>(h, p, g, s0, s1, s2, u);
-    case OptimKind::sgd: return update_element<OptimKind::sgd>(h, p, g, s0, s1, s2, u);
-    case OptimKind::rmsprop: return update_element<OptimKind::rmsprop>(h, p, g, s0, s1, s2, u);
-    case OptimKind::adagrad: return update_element<OptimKind::adagrad>(h, p, g, s0, s1, s2, u);
-    case OptimKind::lion: return update_element<OptimKind::lion>(h, p, g, s0, s1, s2, u);
-    case OptimKind::ademamix: return update_element<OptimKind::ademamix>(h, p, g, s0, s1, s2, u);
-    case OptimKind::lamb: return update_element<OptimKind::lamb>(h, p, g, s0, s1, s2, u);
-    case OptimKind::lars: return update_element<OptimKind::lars>(h, p, g, s0, s1, s2, u);
-  }
-  return p;
-}
-
-__device__ __forceinline__ int num_states(OptimKind kind) { return optim_state_slots(kind); }
-
-// The CPU's state_key: stream `which` (0..2 state slots, 3 bf16 parameter writes) of this step.
-__device__ __forceinline__ std::uint64_t state_key(std::uint64_t seed, std::uint64_t rng_stream, std::uint64_t step,
-                                                   int which) {
-  return rng_key(seed ^ mix64(rng_stream + 1), step * 4u + std::uint64_t(which));
-}
-
-__device__ __forceinline__ unsigned abs_bits(float v) { return f32_bits(v) & 0x7fffffffu; }
-
 __device__ __forceinline__ float load_state(const DevState& st, const Codebook& cb, float amax, std::int64_t k) {
   if (st.bits == 32) return static_cast<const float*>(st.data)[k];
-  const std::uint8_t* codes = static_cast<const std::uint8_t*>(st.data);
-  int c;
-  if (st.bits == 8) {
-    c = codes[k];
-  } else {
-    const std::uint8_t byte = codes[k >> 1];
-    c = (k & 1) ? (byte >> 4) : (byte & 0x0f);
-  }
-  return __fmul_rn(cb.values[c], amax);
+  return decode_value(cb, code_at(static_cast<const std::uint8_t*>(st.data), k, st.bits), amax);
 }
 
 __device__ __forceinline__ unsigned encode(const Codebook& cb, float v, float div, bool clip, bool stochastic,
                                            std::uint64_t key, std::int64_t k) {
-  float r = __fdiv_rn(v, div);
-  if (clip) {  // std::min(std::max(r, -1), 1), NaN handling included
-    r = (r < -1.0f) ? -1.0f : r;
-    r = (1.0f < r) ? 1.0f : r;
-  }
-  if (stochastic) return unsigned(stochastic_code(cb, r, uniform01(key, std::uint64_t(k))));
-  return unsigned(nearest_code(cb, r));
+  return unsigned(encode_value(cb, v, div, clip, stochastic, key, k));
 }
 
 struct SharedScalars {
@@ -92,12 +55,13 @@ struct SharedScalars {
   float scale[3];
 };
 
-// The scalars of tensor `ti` for the step in flight: its step count is advanced only when the
-// whole step is done (finish_step), so every tile of every launch of the step derives the same
-// scalars from steps[ti] + 1, with the host's double-precision code.
+// The scalars of tensor `ti` for the step in flight: its step count (and NAdam's mu product) is
+// advanced only when the whole step is done (finish_step), so every tile of every launch of the
+// step derives the same scalars from steps[ti] + 1, with the host's double-precision code.
 __device__ SlotScalars tile_scalars(const Tables& tb, const DevTensor& t, int ti, int phase) {
   const HyperParams* hp = args_hparams(tb.args, tb.n_tensors);
   SlotScalars s = scalars_for_step(tb.kind, hp[t.group], tb.steps[ti] + 1);
+  if (tb.kind == OptimKind::nadam) nadam_bind(s, nadam_advance(tb.mu_product[ti], s.nadam_mu));
   if (phase == kPhaseApply) s.trust = tb.trust[ti];  // from the norms pass
   return s;
 }
@@ -115,7 +79,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
   __shared__ SharedScalars sh;
 
   const OptimKind kind = tb.kind;
-  const int nstates = num_states(kind);
+  const int nstates = optim_state_slots(kind);
   Codebook* cbs = reinterpret_cast<Codebook*>(smem);
   float* sg = reinterpret_cast<float*>(smem + sizeof(Codebook) * std::size_t(tb.n_codebooks_smem));
   float* stage = sg + tb.max_block;  // tb.n_stage arrays of max_block floats
@@ -136,7 +100,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
   const std::uint64_t gstep = tb.counters->global_step + 1;  // this step's number (advanced by finish_step)
   const SlotScalars h = hs;
   const bool stochastic = hdr.stochastic_state != 0;
-  const bool clip = hdr.percentile > 0.0f && hdr.percentile < 100.0f;
+  const bool clip = percentile_clips(hdr.percentile);
   const int bs = t.block_size;
   const std::int64_t nb = (t.n + bs - 1) / bs;
   const std::int64_t b0 = tile * t.blocks_per_tile;
@@ -152,7 +116,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
     for (int i = threadIdx.x; i < len; i += T) {
       const float gv = load_f32<G>(grad.ptr, i0 + i);
       sg[i] = gv;
-      const unsigned a = abs_bits(gv);
+      const unsigned a = magnitude_key(gv);
       gm = a > gm ? a : gm;
     }
     gm = ReduceU(reduce_tmp.u).Reduce(gm, MaxU());
@@ -196,16 +160,15 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
         if (t.state[k].data) s[k] = load_state(t.state[k], cbs[k], old_amax[k], k_el);
       if (phase == kPhaseNorms) {  // LAMB: the update direction, states left as they were
         float u = 0.0f;
-        update_any(kind, h, p, g, s[0], s[1], s[2], &u);
+        update_element_any(kind, h, p, g, s[0], s[1], s[2], &u);
         stage[i] = p;
         stage[tb.max_block + i] = u;
         continue;
       }
-      const float np = update_any(kind, h, p, g, s[0], s[1], s[2], nullptr);
+      const float np = update_element_any(kind, h, p, g, s[0], s[1], s[2], nullptr);
       if (P == DType::bf16 && hdr.stochastic_bf16) {
-        const std::uint64_t key = state_key(hdr.seed, t.rng_stream, gstep, 3);
-        const std::uint32_t r = std::uint32_t(mix64(key + std::uint64_t(k_el) * kGolden64) >> 48);
-        static_cast<std::uint16_t*>(t.param)[k_el] = f32_to_bf16_stochastic(np, r);
+        const std::uint64_t key = step_stream_key(hdr.seed, t.rng_stream, gstep, 3);
+        static_cast<std::uint16_t*>(t.param)[k_el] = f32_to_bf16_stochastic(np, random16(key, std::uint64_t(k_el)));
       } else {
         store_f32<P>(t.param, k_el, np);
       }
@@ -217,7 +180,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
           static_cast<float*>(st.data)[k_el] = s[k];
         } else {
           stage[std::int64_t(k) * tb.max_block + i] = s[k];
-          const unsigned a = abs_bits(s[k]);
+          const unsigned a = magnitude_key(s[k]);
           am.v[k] = a > am.v[k] ? a : am.v[k];
         }
       }
@@ -229,9 +192,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
       __syncthreads();
       if (threadIdx.x == 0 || threadIdx.x == 32) {
         const float* v = stage + (threadIdx.x == 0 ? 0 : tb.max_block);
-        double acc = 0.0;
-        for (int i = 0; i < len; ++i) acc += double(v[i]) * double(v[i]);
-        tb.block_partials[2 * (t.block_begin + b) + (threadIdx.x == 0 ? 0 : 1)] = acc;
+        tb.block_partials[2 * (t.block_begin + b) + (threadIdx.x == 0 ? 0 : 1)] = block_sum_squares(v, len);
       }
       __syncthreads();
       continue;
@@ -244,24 +205,24 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
       for (int k = 0; k < 3; ++k) sh.scale[k] = bits_f32(am.v[k]);
     __syncthreads();
     if (clip && len > 1) {
-      // The q-th smallest |x| (as std::nth_element on the CPU): the element with fewer than kq
-      // smaller values and more than kq values not larger. Ties give the same value either way.
-      const double want = ceil(double(hdr.percentile) / 100.0 * len) - 1.0;
-      const int kq = want < 0.0 ? 0 : (want > double(len - 1) ? len - 1 : int(want));
+      // The magnitude of rank kq (numerics/percentile.hpp; the CPU selects it sequentially): each
+      // thread ranks its own elements by counting, the one holding rank kq writes it. Ties give
+      // the same value either way.
+      const int kq = percentile_rank(hdr.percentile, len);
       #pragma unroll
       for (int k = 0; k < 3; ++k) if (k < nstates) {
         const DevState& st = t.state[k];
         if (!st.data || st.bits == 32) continue;
         const float* v = stage + std::int64_t(k) * tb.max_block;
         for (int i = threadIdx.x; i < len; i += T) {
-          const unsigned a = abs_bits(v[i]);
+          const unsigned a = magnitude_key(v[i]);
           int less = 0, le = 0;
           for (int j = 0; j < len; ++j) {
-            const unsigned c = abs_bits(v[j]);
+            const unsigned c = magnitude_key(v[j]);
             less += c < a;
             le += c <= a;
           }
-          if (less <= kq && kq < le) sh.scale[k] = bits_f32(a);
+          if (rank_holds(less, le, kq)) sh.scale[k] = bits_f32(a);
         }
       }
       __syncthreads();
@@ -276,7 +237,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
       if (threadIdx.x == 0) st.absmax[b] = scale;
       const float div = scale > 0.0f ? scale : 1.0f;
       const bool sr = stochastic || st.stochastic != 0;
-      const std::uint64_t key = sr ? state_key(hdr.seed, t.rng_stream, gstep, k) : 0;
+      const std::uint64_t key = sr ? step_stream_key(hdr.seed, t.rng_stream, gstep, k) : 0;
       const float* v = stage + std::int64_t(k) * tb.max_block;
       std::uint8_t* codes = static_cast<std::uint8_t*>(st.data);
       if (st.bits == 8) {

@@ -114,6 +114,10 @@ struct Launch::Impl {
 
 Launch::Launch(const Call& c, const char* fn) : impl_(std::make_unique<Impl>()) {
   Impl& I = *impl_;
+  // NAdam's running mu_product is state the call's operands do not carry.
+  if (c.cfg.kind == OptimKind::nadam)
+    throw std::invalid_argument(std::string(fn) + ": NAdam is not supported by the XLA handler (its per-tensor "
+                                "mu_product is not among the operands)");
   std::vector<int> groups(c.n, 0);
   I.layout = detail::layout_step(c.cfg, c.slots, c.n, groups.data(), 1, fn);
   I.n = c.n;
@@ -180,7 +184,7 @@ void Launch::enqueue(void* scratch, cudaStream_t stream) const {
   detail::check_launch("octopt.optax: step preparation kernel (CUDA)");
   // 3. The fused step.
   detail::reserve_step_smem(L.smem);
-  if (tb.kind == OptimKind::lamb || tb.kind == OptimKind::lars) {
+  if (optim_uses_trust_ratio(tb.kind)) {
     detail::launch_step(tb, detail::kPhaseNorms, L.smem, stream);
     detail::launch_step(tb, detail::kPhaseApply, L.smem, stream);
   } else {

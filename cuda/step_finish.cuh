@@ -5,6 +5,10 @@
 // (norms pass) and the step and skipped-block counters (the step's final launch).
 #include <cuda/atomic>
 
+#include "octopt/numerics/chunking.hpp"
+#include "octopt/numerics/hyper_params.hpp"
+#include "octopt/numerics/schedules.hpp"
+#include "octopt/numerics/trust_ratio.hpp"
 #include "optim_device.cuh"
 
 namespace octopt::cuda::detail {
@@ -28,48 +32,39 @@ __device__ __forceinline__ bool arrive_last(unsigned int* counter, unsigned int 
 
 // LAMB/LARS trust ratio of tensor `ti`, by the last of its tiles to finish the norms pass: chunk
 // sums in parallel (each a sequential sum of its blocks' partials), then the chunks in order,
-// exactly as the CPU adds them. `h`: the tensor's scalars of this step (eta, weight decay).
-// Leaves the tensor's tile counter at zero for the next step.
+// exactly as the CPU adds them (numerics/trust_ratio.hpp). `h`: the tensor's scalars of this step
+// (eta, weight decay). Leaves the tensor's tile counter at zero for the next step.
 __device__ inline void finish_norms(const Tables& tb, int ti, const SlotScalars& h) {
   const DevTensor& t = tb.tensors[ti];
-  const std::int64_t nb = (t.n + t.block_size - 1) / t.block_size;
   for (std::int64_t c = threadIdx.x; c < t.n_chunks; c += blockDim.x) {
-    const std::int64_t c0 = c * t.blocks_per_chunk;
-    const std::int64_t c1 = min(c0 + std::int64_t(t.blocks_per_chunk), nb);
+    const BlockRange r = chunk_block_range(c, t.n, t.block_size);
     double a = 0.0, x = 0.0;
-    for (std::int64_t b = c0; b < c1; ++b) {
-      a += tb.block_partials[2 * (t.block_begin + b)];
-      x += tb.block_partials[2 * (t.block_begin + b) + 1];
-    }
+    add_pair_sums(tb.block_partials, t.block_begin + r.begin, t.block_begin + r.end, a, x);
     tb.chunk_partials[2 * (t.chunk_begin + c)] = a;
     tb.chunk_partials[2 * (t.chunk_begin + c) + 1] = x;
   }
   __syncthreads();  // the chunk sums of every thread, for thread 0
   if (threadIdx.x != 0) return;
   double pp = 0.0, xx = 0.0;
-  for (std::int64_t c = 0; c < t.n_chunks; ++c) {
-    pp += tb.chunk_partials[2 * (t.chunk_begin + c)];
-    xx += tb.chunk_partials[2 * (t.chunk_begin + c) + 1];
-  }
-  const double pn = sqrt(pp), xn = sqrt(xx);
-  double trust = 1.0;
-  if (tb.kind == OptimKind::lamb) {
-    if (pn > 0.0 && xn > 0.0) trust = pn / xn;
-  } else if (pn > 0.0 && xn > 0.0) {
-    trust = double(h.eta) * pn / (xn + double(h.weight_decay) * pn);
-  }
-  tb.trust[ti] = float(trust);
+  add_pair_sums(tb.chunk_partials, t.chunk_begin, t.chunk_begin + t.n_chunks, pp, xx);
+  tb.trust[ti] = trust_ratio(tb.kind, pp, xx, h.eta, h.weight_decay);
   tb.tile_counters[ti] = 0u;
 }
 
 // The bookkeeping of a step, by the last tile of its final launch to finish (every other tile has
-// read the step counts and the global step it needed): advance the step count of every tensor
-// that was stepped, publish the skipped-block count, and leave the per-step counters at zero.
+// read the step counts, NAdam's mu products and the global step it needed): advance the step count
+// (and NAdam's mu product, as the tiles derived it) of every tensor that was stepped, publish the
+// skipped-block count, and leave the per-step counters at zero.
 __device__ inline void finish_step(const Tables& tb) {
   const DevGrad* grads = args_grads(tb.args);
-  const bool norms = tb.kind == OptimKind::lamb || tb.kind == OptimKind::lars;
+  const bool norms = optim_uses_trust_ratio(tb.kind);
   for (int i = int(threadIdx.x); i < tb.n_tensors; i += int(blockDim.x)) {
     if (!grads[i].ptr) continue;
+    if (tb.kind == OptimKind::nadam) {
+      const HyperParams& hp = args_hparams(tb.args, tb.n_tensors)[tb.tensors[i].group];
+      const double t = double(tb.steps[i] + 1);  // the step just taken, as tile_scalars derived it
+      tb.mu_product[i] = nadam_advance(tb.mu_product[i], nadam_mu(hp.beta1, hp.momentum_decay, t));
+    }
     tb.steps[i] += 1;
     // The norms pass wrote the trust of every stepped tensor that has a tile; an empty tensor's
     // norms are 0, so its trust is 1, as every optimizer without trust ratios reports.

@@ -28,12 +28,13 @@ StepLayout layout_step(const StepConfig& cfg, const StepTensor* slots, std::size
   validate_step(cfg, slots, n_slots, fn);
   if (n_slots > std::size_t(1) << 30) throw std::invalid_argument(f + ": too many tensors");
   if (n_groups < 1 && n_slots > 0) throw std::invalid_argument(f + ": no parameter groups");
-  const bool norms = cfg.kind == OptimKind::lamb || cfg.kind == OptimKind::lars;
+  const bool norms = optim_uses_trust_ratio(cfg.kind);
   const int nstates = optim_num_states(cfg.kind);
 
   StepLayout L;
   L.tensors.resize(n_slots);
   L.tile_offsets.assign(n_slots + 1, 0);
+  L.mu_products.resize(n_slots);
   std::int64_t blocks = 0, chunks = 0;
   int max_block = 32;
   for (std::size_t i = 0; i < n_slots; ++i) {
@@ -46,14 +47,15 @@ StepLayout layout_step(const StepConfig& cfg, const StepTensor* slots, std::size
     t.n = s.n;
     t.block_size = s.block_size;
     t.blocks_per_tile = int(std::max<std::int64_t>(1, kTileElems / s.block_size));
-    t.blocks_per_chunk = int(std::max<std::int64_t>(1, kChunkElems / s.block_size));
+    t.blocks_per_chunk = int(chunk_blocks(s.block_size));
     t.group = groups[i];
     t.param_dtype = std::int32_t(s.param_dtype);
     t.rng_stream = s.rng_stream;
-    const std::int64_t nb = num_blocks(s.n, s.block_size);
+    L.mu_products[i] = s.mu_product;
+    const std::int64_t nb = block_count(s.n, s.block_size);
     t.block_begin = blocks;
     t.chunk_begin = chunks;
-    t.n_chunks = (nb + t.blocks_per_chunk - 1) / t.blocks_per_chunk;
+    t.n_chunks = chunk_count(s.n, s.block_size);
     blocks += nb;
     chunks += t.n_chunks;
     for (int k = 0; k < 3; ++k) {
@@ -82,6 +84,7 @@ StepLayout layout_step(const StepConfig& cfg, const StepTensor* slots, std::size
   L.o_tensors = take(sizeof(DevTensor) * n_slots);
   L.o_tiles = take(sizeof(std::int64_t) * (n_slots + 1));
   L.o_cb = take(sizeof(Codebook) * std::size_t(std::max(cfg.num_codebooks, 0)));
+  L.o_mu = take(sizeof(float) * n_slots);
   L.o_args = take(L.args_bytes);
   L.o_steps = take(sizeof(std::int64_t) * n_slots);
   L.o_counters = take(sizeof(DevCounters));
@@ -107,17 +110,19 @@ std::vector<unsigned char> StepLayout::image(const StepConfig& cfg) const {
   std::memcpy(img.data() + o_tiles, tile_offsets.data(), sizeof(std::int64_t) * tile_offsets.size());
   if (cfg.num_codebooks > 0)
     std::memcpy(img.data() + o_cb, cfg.codebooks, sizeof(Codebook) * std::size_t(cfg.num_codebooks));
+  if (!mu_products.empty()) std::memcpy(img.data() + o_mu, mu_products.data(), sizeof(float) * mu_products.size());
   return img;
 }
 
 Tables StepLayout::bind(void* base) const {
-  const bool norms = tables.kind == OptimKind::lamb || tables.kind == OptimKind::lars;
+  const bool norms = optim_uses_trust_ratio(tables.kind);
   Tables tb = tables;
   tb.tensors = at<const DevTensor>(base, o_tensors);
   tb.tile_offsets = at<const std::int64_t>(base, o_tiles);
   tb.codebooks = at<const Codebook>(base, o_cb);
   tb.args = at<const unsigned char>(base, o_args);
   tb.steps = at<std::int64_t>(base, o_steps);
+  tb.mu_product = at<float>(base, o_mu);
   tb.counters = at<DevCounters>(base, o_counters);
   tb.trust = at<float>(base, o_trust);
   tb.tile_counters = norms ? at<unsigned int>(base, o_tile_counters) : nullptr;

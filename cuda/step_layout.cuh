@@ -13,19 +13,20 @@ namespace octopt::cuda::detail {
 
 struct StepLayout {
   // Byte offsets in the region (256-aligned), in this order: tensors | tile offsets | codebooks |
-  // args | steps | counters | trust | tile counters | block partials | chunk partials.
-  std::size_t o_tensors = 0, o_tiles = 0, o_cb = 0, o_args = 0, o_steps = 0, o_counters = 0, o_trust = 0,
-              o_tile_counters = 0, o_block_partials = 0, o_chunk_partials = 0;
+  // mu products | args | steps | counters | trust | tile counters | block partials | chunk partials.
+  std::size_t o_tensors = 0, o_tiles = 0, o_cb = 0, o_mu = 0, o_args = 0, o_steps = 0, o_counters = 0,
+              o_trust = 0, o_tile_counters = 0, o_block_partials = 0, o_chunk_partials = 0;
   std::size_t total = 0;       // bytes of the region
   std::size_t args_bytes = 0;  // of the per-step argument blob (at o_args)
   std::size_t smem = 0;        // dynamic shared memory of step_kernel
   Tables tables{};             // pointers relative to a null base: see bind()
   std::vector<DevTensor> tensors;
   std::vector<std::int64_t> tile_offsets;  // n + 1 prefix sums
+  std::vector<float> mu_products;          // n: the slots' StepTensor::mu_product
 
-  // The region's content up to (not including) the counters, as the host builds it: tensors, tile
-  // offsets, codebooks, and the argument blob left zero (its writer fills it). Everything after
-  // o_args + args_bytes must be zero before the first step.
+  // The region's content up to (not including) the step counts, as the host builds it: tensors, tile
+  // offsets, codebooks, mu products, and the argument blob left zero (its writer fills it).
+  // Everything after o_args + args_bytes must be zero before the first step.
   std::vector<unsigned char> image(const StepConfig& cfg) const;
   // The tables of a region at `base`.
   Tables bind(void* base) const;

@@ -42,6 +42,8 @@ std::int64_t skipped_blocks(DevicePlan&, bool) { no_cuda(); }
 void read_steps(DevicePlan&, std::int64_t*, std::int64_t*) { no_cuda(); }
 void write_steps(DevicePlan&, const std::int64_t*, std::int64_t) { no_cuda(); }
 std::vector<float> trust_ratios(DevicePlan&) { no_cuda(); }
+void read_mu_products(DevicePlan&, float*) { no_cuda(); }
+void write_mu_products(DevicePlan&, const float*) { no_cuda(); }
 void begin_capture(cudaStream_t) { no_cuda(); }
 std::pair<int, int> end_capture_count_nodes(cudaStream_t) { no_cuda(); }
 

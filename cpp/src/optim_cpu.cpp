@@ -15,13 +15,10 @@
 namespace octopt {
 namespace {
 
-// Work is cut into chunks of whole blocks of one tensor. The chunking depends only on the
-// tensors, never on the thread count, so LAMB/LARS norm partials are summed in a fixed order.
-constexpr std::int64_t kChunkElems = 16384;
-
-std::int64_t blocks_per_chunk(const StepTensor& s) { return std::max<std::int64_t>(1, kChunkElems / s.block_size); }
-
-// One pass over all chunks of all stepped tensors. norms (2 per chunk) only in the norms phase.
+// One pass over all chunks of all stepped tensors (ws.offsets: chunk prefix sums). Work is cut into
+// chunks of whole blocks of one tensor (numerics/chunking.hpp), which depend only on the tensors,
+// never on the thread count, so LAMB/LARS norm partials (2 per chunk, norms phase only) are summed
+// in a fixed order.
 std::int64_t run_pass(const StepConfig& cfg, StepTensor* slots, std::size_t n_slots, const StepWorkspace& ws,
                       cpu::OptimPhase phase, double* norms) {
   const std::int64_t total = ws.offsets[n_slots];
@@ -34,12 +31,10 @@ std::int64_t run_pass(const StepConfig& cfg, StepTensor* slots, std::size_t n_sl
       while (c >= ws.offsets[s + 1]) ++s;
       const StepTensor& slot = slots[s];
       const cpu::OptimBlockFn fn = kernels.select_optim(cfg.kind, slot.param_dtype, slot.grad_dtype);
-      const std::int64_t per = blocks_per_chunk(slot);
-      const std::int64_t b0 = (c - ws.offsets[s]) * per;
-      const std::int64_t b1 = std::min(b0 + per, num_blocks(slot.n, slot.block_size));
+      const BlockRange r = chunk_block_range(c - ws.offsets[s], slot.n, slot.block_size);
       double* out = norms ? norms + 2 * c : nullptr;
       if (out) out[0] = out[1] = 0.0;
-      local += fn(cfg, slot, b0, b1, phase, out);
+      local += fn(cfg, slot, r.begin, r.end, phase, out);
     }
     if (local) skipped.fetch_add(local, std::memory_order_relaxed);
   });
@@ -58,6 +53,8 @@ void validate_step(const StepConfig& cfg, const StepTensor* slots, std::size_t n
     const std::string where = f + ": tensor " + std::to_string(i) + ": ";
     if (s.n < 0) throw std::invalid_argument(where + "negative element count");
     validate_block_size(s.block_size, fn);
+    if (cfg.kind == OptimKind::nadam && !(s.mu_product >= 0.0f && s.mu_product <= 1.0f))
+      throw std::invalid_argument(where + "mu_product must be in [0, 1], got " + std::to_string(s.mu_product));
     if (s.grad && s.grad_dtype != s.param_dtype && s.grad_dtype != DType::f32)
       throw std::invalid_argument(where + "gradient dtype " + dtype_name(s.grad_dtype) + " must be the parameter's (" +
                                   dtype_name(s.param_dtype) + ") or float32");
@@ -85,7 +82,7 @@ std::int64_t count_nonfinite_blocks(const StepTensor* slots, std::size_t n_slots
     const StepTensor& s = slots[i];
     if (!s.grad) continue;
     std::atomic<std::int64_t> count{0};
-    parallel_for(num_blocks(s.n, s.block_size), blocks_per_chunk(s), [&](std::int64_t b0, std::int64_t b1) {
+    parallel_for(block_count(s.n, s.block_size), chunk_blocks(s.block_size), [&](std::int64_t b0, std::int64_t b1) {
       count.fetch_add(kernels.count_nonfinite(s.grad, s.grad_dtype, s.n, s.block_size, b0, b1));
     });
     bad += count.load();
@@ -97,31 +94,25 @@ StepResult step(const StepConfig& cfg, StepTensor* slots, std::size_t n_slots, S
   validate_step(cfg, slots, n_slots, "step");
   ws.offsets.resize(n_slots + 1);
   ws.offsets[0] = 0;
-  for (std::size_t i = 0; i < n_slots; ++i) {
-    const std::int64_t chunks = slots[i].grad ? (num_blocks(slots[i].n, slots[i].block_size) + blocks_per_chunk(slots[i]) - 1) /
-                                                    blocks_per_chunk(slots[i])
-                                              : 0;
-    ws.offsets[i + 1] = ws.offsets[i] + chunks;
+  for (std::size_t i = 0; i < n_slots; ++i)
+    ws.offsets[i + 1] = ws.offsets[i] + (slots[i].grad ? chunk_count(slots[i].n, slots[i].block_size) : 0);
+  if (cfg.kind == OptimKind::nadam) {
+    // the tensor's running product of mu moves to this step before its coefficients are derived
+    for (std::size_t i = 0; i < n_slots; ++i) {
+      if (!slots[i].grad) continue;
+      slots[i].mu_product = nadam_advance(slots[i].mu_product, slots[i].scalars.nadam_mu);
+      nadam_bind(slots[i].scalars, slots[i].mu_product);
+    }
   }
   StepResult result;
-  if (cfg.kind == OptimKind::lamb || cfg.kind == OptimKind::lars) {
+  if (optim_uses_trust_ratio(cfg.kind)) {
     ws.partials.resize(std::size_t(2 * ws.offsets[n_slots]));
     run_pass(cfg, slots, n_slots, ws, cpu::OptimPhase::norms, ws.partials.data());
     for (std::size_t i = 0; i < n_slots; ++i) {
       double pp = 0.0, xx = 0.0;
-      for (std::int64_t c = ws.offsets[i]; c < ws.offsets[i + 1]; ++c) {
-        pp += ws.partials[std::size_t(2 * c)];
-        xx += ws.partials[std::size_t(2 * c + 1)];
-      }
-      const double pn = std::sqrt(pp), xn = std::sqrt(xx);
+      add_pair_sums(ws.partials.data(), ws.offsets[i], ws.offsets[i + 1], pp, xx);
       SlotScalars& h = slots[i].scalars;
-      double trust = 1.0;
-      if (cfg.kind == OptimKind::lamb) {
-        if (pn > 0.0 && xn > 0.0) trust = pn / xn;
-      } else if (pn > 0.0 && xn > 0.0) {
-        trust = double(h.eta) * pn / (xn + double(h.weight_decay) * pn);
-      }
-      h.trust = float(trust);
+      h.trust = trust_ratio(cfg.kind, pp, xx, h.eta, h.weight_decay);
     }
     result.skipped_blocks = run_pass(cfg, slots, n_slots, ws, cpu::OptimPhase::apply, nullptr);
   } else {

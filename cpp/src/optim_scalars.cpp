@@ -1,25 +1,16 @@
 // Host-side, double-precision preparation of a step: bias corrections and schedules.
-#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "octopt/optim.hpp"
+#include "octopt/optim_table.hpp"
 
 namespace octopt {
-namespace {
-constexpr const char* kNames[] = {"adam", "adamw", "sgd", "rmsprop", "adagrad", "lion", "ademamix", "lamb", "lars"};
-}
+// The names are the optimizer table's (optim_table.hpp).
+const char* optim_name(OptimKind kind) { return optim_def(kind).name; }
 
-const char* optim_name(OptimKind kind) { return kNames[int(kind)]; }
-
-OptimKind parse_optim(const std::string& name) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  for (int k = 0; k < int(sizeof kNames / sizeof *kNames); ++k)
-    if (lower == kNames[k]) return OptimKind(k);
-  throw std::invalid_argument("unknown optimizer '" + name + "'");
-}
+OptimKind parse_optim(const std::string& name) { return optim_def(name).kind; }
 
 int optim_num_states(OptimKind kind) { return optim_state_slots(kind); }
 

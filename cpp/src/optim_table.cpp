@@ -73,44 +73,61 @@ std::vector<std::string> hparam_flag_names() {
 const std::vector<OptimDef>& optim_defs() {
   using H = HParam;
   static const std::vector<OptimDef> defs = [] {
-    const std::vector<SlotDef> adam_slots = {{"exp_avg", true, true}, {"exp_avg_sq", false, false}};
+    // the slots of an optimizer as the kernels know them (numerics/state_slots.hpp)
+    const auto slots_of = [](OptimKind k) {
+      std::vector<SlotDef> out;
+      for (int i = 0; i < optim_state_slots(k); ++i)
+        out.push_back({state_slot_name(k, i), state_slot_signed(k, i), state_slot_first_moment(k, i)});
+      return out;
+    };
     std::vector<OptimDef> d;
     d.push_back({OptimKind::adam, "adam", "Adam", "torch.optim.Adam semantics: L2 weight decay added to the gradient.",
-                 adam_slots, {"lr", "betas", "eps", "weight_decay", "maximize"}, 2, with({}), 0.0});
+                 slots_of(OptimKind::adam), {"lr", "betas", "eps", "weight_decay", "maximize"}, 2, with({}), 0.0});
     d.push_back({OptimKind::adamw, "adamw", "AdamW",
-                 "torch.optim.AdamW semantics: decoupled weight decay applied before the update.", adam_slots,
+                 "torch.optim.AdamW semantics: decoupled weight decay applied before the update.", slots_of(OptimKind::adam),
                  {"lr", "betas", "eps", "weight_decay", "maximize"}, 2, with({{H::weight_decay, 1e-2}}), 0.0});
     d.push_back({OptimKind::sgd, "sgd", "SGD",
                  "torch.optim.SGD semantics: momentum, dampening, Nesterov; the buffer starts at the first gradient.",
-                 {{"momentum_buffer", true, true}},
+                 slots_of(OptimKind::sgd),
                  {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"}, 0, with({}), 0.0});
     d.push_back({OptimKind::rmsprop, "rmsprop", "RMSprop",
                  "torch.optim.RMSprop semantics, with optional momentum and centering.",
-                 {{"square_avg", false, false}, {"momentum_buffer", true, true}, {"grad_avg", true, false}},
+                 slots_of(OptimKind::rmsprop),
                  {"lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize"}, 0,
                  with({{H::lr, 1e-2}}), 0.0});
     d.push_back({OptimKind::adagrad, "adagrad", "Adagrad",
-                 "torch.optim.Adagrad semantics (lr_decay, initial_accumulator_value).", {{"sum", false, false}},
+                 "torch.optim.Adagrad semantics (lr_decay, initial_accumulator_value).", slots_of(OptimKind::adagrad),
                  {"lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps", "maximize"}, 0,
                  with({{H::lr, 1e-2}, {H::eps, 1e-10}}), 0.0});
     d.push_back({OptimKind::lion, "lion", "Lion",
                  "Lion (Chen et al. 2023): sign of an interpolated momentum, decoupled weight decay.",
-                 {{"exp_avg", true, true}}, {"lr", "betas", "weight_decay", "maximize"}, 2,
+                 slots_of(OptimKind::lion), {"lr", "betas", "weight_decay", "maximize"}, 2,
                  with({{H::lr, 1e-4}, {H::beta2, 0.99}}), 0.0});
     d.push_back({OptimKind::ademamix, "ademamix", "AdEMAMix",
                  "AdEMAMix (Pagliardini et al. 2024): Adam plus a slow EMA mixed in with weight alpha; optional "
                  "warm-ups t_alpha and t_beta3 (in steps).",
-                 {{"m1", true, true}, {"nu", false, false}, {"m2", true, false}},
+                 slots_of(OptimKind::ademamix),
                  {"lr", "betas", "alpha", "t_alpha", "t_beta3", "eps", "weight_decay", "maximize"}, 3,
                  with({{H::alpha, 5.0}, {H::weight_decay, 1e-2}}), 0.0});
     d.push_back({OptimKind::lamb, "lamb", "LAMB",
                  "LAMB (You et al. 2020): Adam direction plus decoupled decay, scaled per tensor by ||w|| / ||update||.",
-                 adam_slots, {"lr", "betas", "eps", "weight_decay", "bias_correction", "maximize"}, 2,
+                 slots_of(OptimKind::adam), {"lr", "betas", "eps", "weight_decay", "bias_correction", "maximize"}, 2,
                  with({{H::eps, 1e-6}}), 0.0});
     d.push_back({OptimKind::lars, "lars", "LARS",
                  "LARS (You et al. 2017): momentum SGD with the per-tensor rate eta * ||w|| / (||g|| + wd ||w||).",
-                 {{"momentum_buffer", true, true}}, {"lr", "momentum", "weight_decay", "eta", "maximize"}, 0,
+                 slots_of(OptimKind::lars), {"lr", "momentum", "weight_decay", "eta", "maximize"}, 0,
                  with({{H::momentum, 0.9}}), 0.0});
+    d.push_back({OptimKind::radam, "radam", "RAdam",
+                 "torch.optim.RAdam semantics: Adam with the variance rectification of Liu et al. 2020 (an SGD-like "
+                 "step while the second moment is unreliable); L2 or decoupled weight decay.",
+                 slots_of(OptimKind::radam), {"lr", "betas", "eps", "weight_decay", "decoupled_weight_decay", "maximize"},
+                 2, with({}), 0.0});
+    d.push_back({OptimKind::nadam, "nadam", "NAdam",
+                 "torch.optim.NAdam semantics: Adam with Nesterov momentum and the momentum schedule of Dozat 2016 "
+                 "(momentum_decay); L2 or decoupled weight decay.",
+                 slots_of(OptimKind::nadam),
+                 {"lr", "betas", "eps", "weight_decay", "momentum_decay", "decoupled_weight_decay", "maximize"}, 2,
+                 with({{H::lr, 2e-3}}), 0.0});
     return d;
   }();
   return defs;
@@ -151,15 +168,9 @@ std::vector<float> state_map_values(int bits, bool is_signed) {
 }
 
 std::vector<int> used_slots(OptimKind kind, const HyperParams& hp) {
-  if (kind == OptimKind::sgd || kind == OptimKind::lars) return hp.momentum != 0 ? std::vector<int>{0} : std::vector<int>{};
-  if (kind == OptimKind::rmsprop) {
-    std::vector<int> s{0};
-    if (hp.momentum > 0) s.push_back(1);
-    if (hp.centered) s.push_back(2);
-    return s;
-  }
   std::vector<int> s;
-  for (int k = 0; k < int(optim_def(kind).slots.size()); ++k) s.push_back(k);
+  for (int k = 0; k < optim_state_slots(kind); ++k)
+    if (state_slot_used(kind, k, hp.momentum, hp.centered)) s.push_back(k);
   return s;
 }
 

@@ -106,6 +106,10 @@ void StepPlan::Impl::build_device_plan() {
   std::int64_t g = global_step;
   if (device_plan) {
     cuda::read_steps(*device_plan, per.data(), &g);
+    // the device's running NAdam products carry over into the new plan through the step tensors
+    std::vector<float> mu(device_plan->size());
+    cuda::read_mu_products(*device_plan, mu.data());
+    for (std::size_t i = 0; i < mu.size() && i < step_tensors.size(); ++i) step_tensors[i].mu_product = mu[i];
     per.resize(tensors.size(), 0);
   } else {
     for (std::size_t i = 0; i < tensors.size(); ++i) per[i] = i < pending_steps.size() ? pending_steps[i] : 0;
@@ -438,6 +442,27 @@ void StepPlan::set_tensor_steps(const std::vector<std::int64_t>& steps, const ch
     if (p.device_plan) cuda::write_steps(*p.device_plan, steps.data(), global_step());
     else p.pending_steps = steps;
   }
+}
+
+std::vector<float> StepPlan::tensor_mu_products() {
+  Impl& p = *impl_;
+  std::vector<float> out;
+  for (const StepTensor& st : p.step_tensors) out.push_back(st.mu_product);
+  if (p.device >= 0 && p.device_plan && p.device_plan->size() == out.size()) cuda::read_mu_products(*p.device_plan, out.data());
+  return out;
+}
+
+void StepPlan::set_tensor_mu_products(const std::vector<float>& values, const char* fn) {
+  Impl& p = *impl_;
+  if (values.size() != p.tensors.size())
+    throw std::invalid_argument(std::string(fn) + ": expected " + std::to_string(p.tensors.size()) +
+                                " mu_product values (one per parameter), got " + std::to_string(values.size()));
+  for (float v : values)
+    if (!(v >= 0.0f && v <= 1.0f))
+      throw std::invalid_argument(std::string(fn) + ": a mu_product is outside [0, 1] (" + format_real(v) + ")");
+  for (std::size_t i = 0; i < values.size(); ++i) p.step_tensors[i].mu_product = values[i];
+  if (p.device >= 0 && p.device_plan && p.device_plan->size() == values.size())
+    cuda::write_mu_products(*p.device_plan, values.data());
 }
 
 std::int64_t StepPlan::skipped_blocks(bool last_step_only) {

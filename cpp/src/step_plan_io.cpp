@@ -67,6 +67,7 @@ void StepPlan::save(const std::string& path) {
   Impl& p = *impl_;
   const OptimDef& def = optim_def(p.kind);
   const std::vector<std::int64_t> steps = tensor_steps();
+  const std::vector<float> mu = tensor_mu_products();
   const std::int64_t gstep = global_step();
   std::vector<std::vector<std::uint8_t>> host;  // CUDA: host copies of the state
   std::vector<TensorView> views;
@@ -99,11 +100,14 @@ void StepPlan::save(const std::string& path) {
     std::sort(slots.begin(), slots.end(), [](const Json::Member& a, const Json::Member& b) { return a.first < b.first; });
     Json::Array shape;
     for (std::int64_t e : t.shape) shape.push_back(integer(e));
-    layout.push_back(Json::object({{"dtype", Json::string(dtype_name(t.dtype))},
-                                   {"numel", integer(t.numel)},
-                                   {"shape", Json::array(std::move(shape))},
-                                   {"slots", Json::object(std::move(slots))},
-                                   {"step", integer(steps[i])}}));
+    Json::Object entry{{"dtype", Json::string(dtype_name(t.dtype))},
+                       {"numel", integer(t.numel)},
+                       {"shape", Json::array(std::move(shape))},
+                       {"slots", Json::object(std::move(slots))},
+                       {"step", integer(steps[i])}};
+    // NAdam's running product is state the step count does not give back cheaply (sorted key order)
+    if (p.kind == OptimKind::nadam) entry.insert(entry.begin(), {"mu_product", Json::number(double(mu[i]))});
+    layout.push_back(Json::object(std::move(entry)));
   }
   Json::Array groups;
   for (std::size_t gi = 0; gi < p.groups.size(); ++gi) {
@@ -248,6 +252,7 @@ void StepPlan::load(const std::string& path) {
   };
   std::vector<Copy> copies;
   std::vector<std::int64_t> steps;
+  std::vector<float> mus;
   for (std::size_t i = 0; i < p.tensors.size(); ++i) {
     const Impl::Tensor& t = p.tensors[i];
     const Json& e = entries[i];
@@ -267,6 +272,12 @@ void StepPlan::load(const std::string& path) {
     const std::int64_t step = int_of(e.find("step"), "tensor " + std::to_string(i) + " 'step'");
     if (step < 0) throw malformed("tensor " + std::to_string(i) + " has a negative step count");
     steps.push_back(step);
+    if (p.kind == OptimKind::nadam) {
+      const Json* m = e.find("mu_product");
+      if (m == nullptr || !m->is_number() || !(m->as_double() >= 0.0 && m->as_double() <= 1.0))
+        throw malformed("tensor " + std::to_string(i) + " lacks NAdam's 'mu_product' in [0, 1]");
+      mus.push_back(float(m->as_double()));
+    }
     const Json* slots = e.find("slots");
     if (slots == nullptr || !slots->is_object()) throw malformed("tensor " + std::to_string(i) + " lacks 'slots'");
     std::set<std::string> theirs, mine;
@@ -327,6 +338,7 @@ void StepPlan::load(const std::string& path) {
     p.groups[gi].cached_step = 0;
   }
   set_tensor_steps(steps, "load");
+  if (p.kind == OptimKind::nadam) set_tensor_mu_products(mus, "load");
   set_global_step(global_step);
 }
 

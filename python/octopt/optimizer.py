@@ -41,6 +41,13 @@ class _TensorState:
         steps[self._index] = int(value)
         plan.set_tensor_steps(steps, "step")
 
+    @property
+    def mu_product(self) -> float | None:
+        """NAdam: the running product of this tensor's momentum coefficients (None for other optimizers)."""
+        if self._owner.kind != "nadam":
+            return None
+        return float(self._owner._plan.tensor_mu_products()[self._index])
+
 
 class _LikeAllocator:
     """The core's state allocator: arrays in the framework and on the device of the parameter being
@@ -312,8 +319,9 @@ class Optimizer:
         from ._checkpoint import groups_of
 
         steps = self._plan.tensor_steps()
+        mus = self._plan.tensor_mu_products() if self.kind == "nadam" else None
         state = []
-        for t, step in zip(self._tensors, steps):
+        for i, (t, step) in enumerate(zip(self._tensors, steps)):
             slots = {}
             for s in t.specs:
                 data, absmax = t.buffers[s.index]
@@ -322,6 +330,8 @@ class Optimizer:
                     entry["absmax"] = _copy(absmax)
                 slots[s.name] = entry
             state.append({"step": int(step), "numel": t.info.size, "slots": slots})
+            if mus is not None:  # NAdam's running product of its momentum coefficients (torch's key)
+                state[-1]["mu_product"] = float(mus[i])
         return {"optimizer": self.kind, "global_step": self.global_step, "param_groups": groups_of(self),
                 "state": state}
 
@@ -333,6 +343,8 @@ class Optimizer:
         for dst, src in pending:
             _copy_into(dst, src)
         self._plan.set_tensor_steps([int(s["step"]) for s in sd["state"]], "load_state_dict")
+        if self.kind == "nadam":
+            self._plan.set_tensor_mu_products([float(s["mu_product"]) for s in sd["state"]], "load_state_dict")
         for gi, (g, h) in enumerate(zip(self.param_groups, sd["param_groups"])):
             for k, v in h.items():
                 if k != "params":

@@ -264,6 +264,12 @@ void export_step_plan(nb::module_& m) {
              p.plan().set_tensor_steps(s, fn.c_str());
            },
            nb::arg("steps"), nb::arg("fn"))
+      .def("tensor_mu_products", [](PyStepPlan& p) { return p.plan().tensor_mu_products(); })
+      .def("set_tensor_mu_products",
+           [](PyStepPlan& p, const std::vector<float>& v, const std::string& fn) {
+             p.plan().set_tensor_mu_products(v, fn.c_str());
+           },
+           nb::arg("values"), nb::arg("fn"))
       .def("skipped_blocks", [](PyStepPlan& p, bool last) { return p.plan().skipped_blocks(last); }, nb::arg("last"))
       .def("trust_ratios", [](PyStepPlan& p) { return p.plan().trust_ratios(); })
       .def("state_bytes", [](PyStepPlan& p) { return p.plan().state_bytes(); })

@@ -61,7 +61,19 @@ ffi::Error StepImpl(ffi::Buffer<ffi::F32> hp_dynamic, ffi::Buffer<ffi::S32> step
     thread_local octopt::StepWorkspace ws;
     if (ffi::Error e = octopt_ffi::take_tensors(in, out, a, tensors); !e.success()) return e;
     for (const octopt_ffi::Copy& c : tensors.copies) std::memcpy(c.dst, c.src, c.bytes);
-    for (octopt::StepTensor& s : tensors.slots) s.scalars = scalars;
+    float mu_product = 1.0f;
+    if (cfg.kind == octopt::OptimKind::nadam) {
+      // The state holds no running product: it is a function of the step count, continued from the
+      // previous call's value when the count moved on by one (the usual case), else replayed.
+      thread_local double last_beta1 = -1.0, last_decay = -1.0;
+      thread_local std::int64_t last_steps = 0;
+      thread_local float last_product = 1.0f;
+      const bool same = last_beta1 == h.beta1 && last_decay == h.momentum_decay && last_steps <= step - 1;
+      mu_product = same ? octopt::nadam_mu_product_after(h.beta1, h.momentum_decay, step - 1, last_product, last_steps)
+                        : octopt::nadam_mu_product_after(h.beta1, h.momentum_decay, step - 1);
+      last_beta1 = h.beta1, last_decay = h.momentum_decay, last_steps = step - 1, last_product = mu_product;
+    }
+    for (octopt::StepTensor& s : tensors.slots) s.scalars = scalars, s.mu_product = mu_product;
     const std::size_t n_tensors = tensors.slots.size();
     octopt::validate_step(cfg, tensors.slots.data(), n_tensors, kFn);
     octopt::step(cfg, tensors.slots.data(), n_tensors, ws);

@@ -3,13 +3,10 @@
 // parallel region (CPU) or one kernel launch (CUDA). Per block, in float32: dequantize the state
 // with the old absmax -> update -> new absmax -> requantize; the parameter update uses the fresh
 // float32 moments. A block whose gradient holds NaN/Inf is left unchanged (parameter and state).
+// The per-block pipeline (state slots, update rules, encoding, percentile scaling, chunking, trust
+// ratios, step scalars) is the OCTOPT_HD code of numerics/, shared by both backends.
 //
-// State slots per optimizer (s0, s1, s2):
-//   adam, adamw, lamb  m (signed), v (unsigned)
-//   ademamix           m1 (signed), nu (unsigned), m2 slow EMA (signed)
-//   sgd, lars, lion    momentum / EMA (signed)
-//   rmsprop            square average (unsigned), momentum buffer (signed), gradient average (signed)
-//   adagrad            sum of squares (unsigned)
+// State slots per optimizer (s0, s1, s2): numerics/state_slots.hpp.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,9 +15,13 @@
 
 #include "config.hpp"
 #include "dtype.hpp"
+#include "numerics/chunking.hpp"
 #include "numerics/codebook.hpp"
 #include "numerics/hyper_params.hpp"
+#include "numerics/schedules.hpp"
+#include "numerics/state_slots.hpp"
 #include "numerics/step_scalars.hpp"
+#include "numerics/trust_ratio.hpp"
 #include "numerics/update_rules.hpp"
 
 namespace octopt {
@@ -51,6 +52,12 @@ struct StepTensor {
   StateBuffer state[3];
   SlotScalars scalars{};
   std::uint64_t rng_stream = 0;  // distinguishes tensors in stochastic rounding
+  // NAdam: the running product mu_1 ... mu_t of the steps this tensor has taken (torch's
+  // state['mu_product']; 1 before the first step). Owned by the caller, like the state buffers:
+  // keep the StepTensor (or copy this field back and forth) across steps, save and restore it with
+  // the step count. step() reads it and advances it in place for each stepped tensor (grad set),
+  // before using it; unstepped tensors keep theirs. Must be in [0, 1]. Other optimizers ignore it.
+  float mu_product = 1.0f;
 };
 
 struct StepConfig {
@@ -79,7 +86,8 @@ struct StepWorkspace {
 // std::invalid_argument naming `fn`.
 void validate_step(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const char* fn);
 
-// CPU: steps all slots whose grad is non-null. Slots' scalars.trust is written for LAMB/LARS.
+// CPU: steps all slots whose grad is non-null. Slots' scalars.trust is written for LAMB/LARS;
+// NAdam advances the stepped slots' mu_product and fills in their scalars' nadam coefficients.
 StepResult step(const StepConfig& cfg, StepTensor* slots, std::size_t n_slots, StepWorkspace& ws);
 
 // Counts blocks with a non-finite gradient without changing anything (for strict mode).
@@ -101,9 +109,10 @@ namespace cuda {
 
 class DevicePlan {
  public:
-  // slots: device pointers on `device` (param and state buffers; grad pointers are ignored).
-  // groups[i] (< n_groups) is the hyper-parameter group of slots[i]. cfg: kind and codebooks
-  // (copied to the device); seed keys stochastic rounding. Throws std::invalid_argument naming `fn`.
+  // slots: device pointers on `device` (param and state buffers; grad pointers are ignored), and
+  // NAdam's starting mu_product per tensor (then held on the device: read_mu_products). groups[i]
+  // (< n_groups) is the hyper-parameter group of slots[i]. cfg: kind and codebooks (copied to the
+  // device); seed keys stochastic rounding. Throws std::invalid_argument naming `fn`.
   DevicePlan(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const int* groups, int n_groups,
              int device, const char* fn = "Optimizer");
   ~DevicePlan();
@@ -141,6 +150,12 @@ std::int64_t skipped_blocks(DevicePlan& plan, bool last_step_only);
 void read_steps(DevicePlan& plan, std::int64_t* per_tensor, std::int64_t* global_step);
 void write_steps(DevicePlan& plan, const std::int64_t* per_tensor, std::int64_t global_step);
 std::vector<float> trust_ratios(DevicePlan& plan);
+// NAdam: each tensor's running mu_product (StepTensor::mu_product) as the device holds it: the
+// slots' values when the plan was built, then advanced by each step for each stepped tensor (also in
+// captured graphs). Save it with read_steps' counts; restore it with write_mu_products (values in
+// [0, 1]; throws std::invalid_argument otherwise). per_tensor: size() floats.
+void read_mu_products(DevicePlan& plan, float* per_tensor);
+void write_mu_products(DevicePlan& plan, const float* per_tensor);
 
 // Test aid for the launch structure of a step: begin capturing `stream` into a CUDA graph
 // (thread-local mode); end that capture and return {kernel nodes, all nodes} of what it recorded.

@@ -12,6 +12,7 @@
 
 #include "blockwise.hpp"  // kMinBlockSize, kMaxBlockSize: the block sizes quantization accepts
 #include "numerics/hparam_ids.hpp"
+#include "numerics/state_slots.hpp"
 #include "numerics/hyper_params.hpp"
 
 namespace octopt {

@@ -106,6 +106,10 @@ class StepPlan {
   void set_global_step(std::int64_t step);
   std::vector<std::int64_t> tensor_steps();
   void set_tensor_steps(const std::vector<std::int64_t>& steps, const char* fn = "set_tensor_steps");
+  // NAdam: each tensor's running product of its momentum coefficients (torch's state['mu_product'];
+  // 1 before its first step). Saved and loaded with the step counts.
+  std::vector<float> tensor_mu_products();
+  void set_tensor_mu_products(const std::vector<float>& values, const char* fn = "set_tensor_mu_products");
   std::int64_t skipped_blocks(bool last_step_only);
   std::vector<float> trust_ratios();  // LAMB/LARS: the ratio each tensor used in its last step
 

@@ -351,7 +351,7 @@ inline void decode_block(const Codebook& cb, const std::uint8_t* codes, int len,
     _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_i32gather_ps(cb.values, c, 4), va));
   }
 #endif
-  for (; i < len; ++i) out[i] = cb.values[codes[i]] * a;
+  for (; i < len; ++i) out[i] = decode_value(cb, codes[i], a);
 }
 
 // 4-bit packing: byte k holds codes 2k (low nibble) and 2k+1 (high nibble; 0 past the end).

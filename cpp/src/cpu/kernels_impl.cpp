@@ -14,7 +14,9 @@
 #include "kernels.hpp"
 #include "octopt/numerics/codebook.hpp"
 #include "octopt/numerics/convert.hpp"
+#include "octopt/numerics/percentile.hpp"
 #include "octopt/numerics/rng.hpp"
+#include "octopt/numerics/trust_ratio.hpp"
 #include "octopt/numerics/update_rules.hpp"
 
 #if defined(OCTOPT_X86_KERNELS)
@@ -99,11 +101,7 @@ void encode_codes(const Codebook& cb, const Levels& L, const float* v, int len, 
 #if defined(OCTOPT_ISA_AVX512)
   if (stochastic && !clip && L.simd) return encode_block_stochastic(cb, L, v, len, scale, key, i0, out);
 #endif
-  for (int i = 0; i < len; ++i) {
-    float r = v[i] / scale;
-    if (clip) r = std::min(std::max(r, -1.0f), 1.0f);
-    out[i] = std::uint8_t(stochastic ? stochastic_code(cb, r, uniform01(key, std::uint64_t(i0 + i))) : nearest_code(cb, r));
-  }
+  for (int i = 0; i < len; ++i) out[i] = std::uint8_t(encode_value(cb, v[i], scale, clip, stochastic, key, i0 + i));
 }
 
 void read_codes(const std::uint8_t* src, int len, int bits, std::int64_t i0, std::uint8_t* codes) {
@@ -187,7 +185,7 @@ struct OptimScratch {
   alignas(64) float g[kMaxBlockSize];
   alignas(64) float s[3][kMaxBlockSize];
   alignas(64) float u[kMaxBlockSize];
-  alignas(64) float tmp[kMaxBlockSize];
+  alignas(64) std::uint32_t keys[kMaxBlockSize];  // percentile scaling
   alignas(64) std::uint8_t codes[kMaxBlockSize];
 };
 
@@ -197,7 +195,7 @@ OptimScratch& optim_scratch() {
 }
 
 std::uint64_t state_key(const StepConfig& cfg, const StepTensor& slot, int which) {
-  return rng_key(cfg.seed ^ mix64(slot.rng_stream + 1), std::uint64_t(cfg.step) * 4u + std::uint64_t(which));
+  return step_stream_key(cfg.seed, slot.rng_stream, std::uint64_t(cfg.step), which);
 }
 
 void load_state(const StateBuffer& st, const Codebook* cbs, std::int64_t b, std::int64_t i0, int len, float* out,
@@ -213,13 +211,8 @@ void load_state(const StateBuffer& st, const Codebook* cbs, std::int64_t b, std:
 }
 
 // The block scale: max |x|, or with a percentile q in (0, 100) the q-th percentile of |x|.
-float block_scale(const float* v, int len, float percentile, float* tmp) {
-  if (percentile > 0.0f && percentile < 100.0f && len > 1) {
-    for (int i = 0; i < len; ++i) tmp[i] = std::fabs(v[i]);
-    const int k = std::clamp(int(std::ceil(double(percentile) / 100.0 * len)) - 1, 0, len - 1);
-    std::nth_element(tmp, tmp + k, tmp + len);
-    return tmp[k];
-  }
+float block_scale(const float* v, int len, float percentile, std::uint32_t* keys) {
+  if (percentile_clips(percentile) && len > 1) return percentile_scale(v, len, percentile, keys);
   return abs_max(v, len);
 }
 
@@ -229,9 +222,9 @@ void store_state(const StateBuffer& st, const Codebook* cbs, const Levels& level
     std::memcpy(static_cast<float*>(st.data) + i0, v, sizeof(float) * std::size_t(len));
     return;
   }
-  const float scale = block_scale(v, len, cfg.percentile, s.tmp);
+  const float scale = block_scale(v, len, cfg.percentile, s.keys);
   st.absmax[b] = scale;
-  const bool clip = cfg.percentile > 0.0f && cfg.percentile < 100.0f;
+  const bool clip = percentile_clips(cfg.percentile);
   auto* dst = static_cast<std::uint8_t*>(st.data);
   std::uint8_t* out = st.bits == 8 ? dst + i0 : s.codes;  // 8-bit codes are written in place
   encode_codes(cbs[st.codebook], levels, v, len, scale > 0.0f ? scale : 1.0f, clip,
@@ -298,13 +291,8 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
     float* p = kDirectP ? static_cast<float*>(slot.param) + i0 : s.p;
     if (!kDirectP) load_block<P>(slot.param, i0, len, s.p);
     if (phase == OptimPhase::norms && K == OptimKind::lars) {
-      double pp = 0.0, gg = 0.0;
-      for (int i = 0; i < len; ++i) {
-        pp += double(p[i]) * double(p[i]);
-        gg += double(g[i]) * double(g[i]);
-      }
-      norms[0] += pp;
-      norms[1] += gg;
+      norms[0] += block_sum_squares(p, len);
+      norms[1] += block_sum_squares(g, len);
       continue;
     }
     float* st[3] = {s.s[0], s.s[1], s.s[2]};
@@ -316,23 +304,15 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
     }
     if (phase == OptimPhase::norms) {  // LAMB: the norm of the update direction; nothing is written
       direction_loop<K>(slot.scalars, len, p, g, st[0], st[1], st[2], s.u);
-      double pp = 0.0, uu = 0.0;
-      for (int i = 0; i < len; ++i) {
-        pp += double(p[i]) * double(p[i]);
-        uu += double(s.u[i]) * double(s.u[i]);
-      }
-      norms[0] += pp;
-      norms[1] += uu;
+      norms[0] += block_sum_squares(p, len);
+      norms[1] += block_sum_squares(s.u, len);
       continue;
     }
     update_loop<K>(slot.scalars, len, p, g, st[0], st[1], st[2]);
     if (P == DType::bf16 && cfg.stochastic_bf16) {
       const std::uint64_t key = state_key(cfg, slot, 3);
       auto* out = static_cast<std::uint16_t*>(slot.param);
-      for (int i = 0; i < len; ++i) {
-        const std::uint32_t r = std::uint32_t(mix64(key + std::uint64_t(i0 + i) * kGolden64) >> 48);
-        out[i0 + i] = f32_to_bf16_stochastic(s.p[i], r);
-      }
+      for (int i = 0; i < len; ++i) out[i0 + i] = f32_to_bf16_stochastic(s.p[i], random16(key, std::uint64_t(i0 + i)));
     } else if (!kDirectP) {
       store_block<P>(slot.param, i0, len, s.p);
     }
@@ -372,6 +352,8 @@ OptimBlockFn select_optim(OptimKind k, DType p, DType g) {
     case OptimKind::ademamix: return select_param<OptimKind::ademamix>(p, g);
     case OptimKind::lamb: return select_param<OptimKind::lamb>(p, g);
     case OptimKind::lars: return select_param<OptimKind::lars>(p, g);
+    case OptimKind::radam: return select_param<OptimKind::radam>(p, g);
+    case OptimKind::nadam: return select_param<OptimKind::nadam>(p, g);
   }
   return nullptr;
 }

@@ -43,6 +43,8 @@ LAYOUT_KEYS = ("bits", "block_size", "min_8bit_size", "first_moment_bits")
 def param_state(t: _TensorState, live: bool = True) -> dict:
     """One parameter's state in torch's style: live tensors (views of the core's buffers) and its step."""
     out: dict[str, Any] = {"step": torch.tensor(float(t.step), dtype=torch.float32)}
+    if t.mu_product is not None:  # NAdam, as torch.optim.NAdam keeps it
+        out["mu_product"] = torch.tensor(t.mu_product, dtype=torch.float32)
     for spec in t.specs:
         data, absmax = t.buffers[spec.index]
         out[spec.name] = data if spec.bits == 4 else data.view(t.param.shape)
@@ -115,6 +117,7 @@ def load_state_dict(opt: Any, sd: Any) -> None:
     core = opt._core
     pending: list[tuple[torch.Tensor, torch.Tensor]] = []
     steps: list[tuple[_TensorState, int]] = []
+    mus = [1.0] * (0 if core is None else len(core.tensors))  # NAdam: a missing entry starts afresh
     any_bnb = False
     for i, (saved_id, p) in enumerate(
         zip(chain.from_iterable(h["params"] for h in saved_groups), opt._param_list())
@@ -139,6 +142,8 @@ def load_state_dict(opt: Any, sd: Any) -> None:
             )
             pending += _from_native(core, t, entry, lay, where)
         steps.append((t, _step(entry.get("step"), where)))
+        if kind == "nadam":
+            mus[t._index] = _mu_product(entry.get("mu_product"), where)
     new_groups = _merged_groups(opt, saved_groups, any_bnb, fn)
     if any_bnb and kind == "adam" and any(float(g.get("weight_decay", 0)) != 0 for g in new_groups):
         import warnings
@@ -154,6 +159,8 @@ def load_state_dict(opt: Any, sd: Any) -> None:
             dst.copy_(src.reshape(dst.shape))
     for t, s in steps:
         t.step = s
+    if kind == "nadam" and core is not None:
+        core._plan.set_tensor_mu_products(mus, fn)
     for g, new in zip(opt.param_groups, new_groups):
         params = g["params"]
         g.clear()
@@ -188,6 +195,18 @@ def _merged_groups(opt: Any, saved_groups: list, from_bnb: bool, fn: str) -> lis
             _hparams.validate_group(kind, m, f"{fn}: param group {gi}")
         out.append(new)
     return out
+
+
+def _mu_product(v: Any, where: str) -> float:
+    if v is None:
+        raise ValueError(f"{where} lacks NAdam's 'mu_product'")
+    if isinstance(v, torch.Tensor):
+        if v.numel() != 1:
+            raise ValueError(f"{where} has a 'mu_product' tensor of {v.numel()} elements; expected one")
+        v = v.item()
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not 0.0 <= float(v) <= 1.0:
+        raise ValueError(f"{where} has a bad 'mu_product' {v!r}; expected a number in [0, 1]")
+    return float(v)
 
 
 def _step(v: Any, where: str) -> int:
@@ -227,7 +246,7 @@ def _tensor(v: Any, where: str, what: str) -> torch.Tensor:
 
 def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) -> list:
     names = {s.name for s in t.specs}
-    known = {"step"} | names | {n + "_absmax" for n in names}
+    known = {"step", "mu_product"} | names | {n + "_absmax" for n in names}
     unknown = sorted(str(k) for k in entry if k not in known)
     if unknown:
         raise ValueError(

@@ -4,6 +4,8 @@
 #include <cstdint>
 
 #include "../config.hpp"
+#include "percentile.hpp"
+#include "rng.hpp"
 
 namespace octopt {
 
@@ -68,6 +70,43 @@ OCTOPT_HD int stochastic_code(const Codebook& cb, float r, float u) {
     c = (u < p) ? cnt : lo;
   }
   return keep_sign(cb, r, c);
+}
+
+// IEEE float32 division and product, also where a CUDA build would be allowed to approximate.
+OCTOPT_HD float ieee_div(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+OCTOPT_HD float ieee_mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// The code of v in a block whose scale is `div` (> 0): r = v / div, clipped to [-1, 1] under
+// percentile scaling, then the nearest code, or a stochastic one drawn with uniform01(key, index).
+// The per-element form of what the CPU's vector encoders compute many lanes at a time.
+OCTOPT_HD int encode_value(const Codebook& cb, float v, float div, bool clip, bool stochastic, std::uint64_t key,
+                           std::int64_t index) {
+  float r = ieee_div(v, div);
+  if (clip) r = percentile_clip(r);
+  return stochastic ? stochastic_code(cb, r, uniform01(key, std::uint64_t(index))) : nearest_code(cb, r);
+}
+
+// The value of code c in a block of absmax `scale`.
+OCTOPT_HD float decode_value(const Codebook& cb, int c, float scale) { return ieee_mul(cb.values[c], scale); }
+
+// Code of element k of a block-wise code array of `bits` (8: one per byte; 4: two per byte, the
+// even element in the low nibble).
+OCTOPT_HD int code_at(const std::uint8_t* codes, std::int64_t k, int bits) {
+  if (bits == 8) return codes[k];
+  const std::uint8_t byte = codes[k >> 1];
+  return (k & 1) ? (byte >> 4) : (byte & 0x0f);
 }
 
 OCTOPT_HD float nan_max(float m, float a) { return (a > m || a != a) ? a : m; }

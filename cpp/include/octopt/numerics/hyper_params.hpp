@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "../config.hpp"
+#include "schedules.hpp"
 #include "step_scalars.hpp"
 #include "update_rules.hpp"
 
@@ -28,8 +29,8 @@ struct HyperParams {
   double t_alpha = 0.0, t_beta3 = 0.0;  // AdEMAMix warm-up lengths in steps (0: none)
   bool bias_correction = true;          // LAMB
   bool maximize = false;
-  bool decoupled_weight_decay = false;  // RAdam, NAdam: AdamW-style decay instead of L2
-  double momentum_decay = 4e-3;         // NAdam: psi of mu_t = beta1 (1 - 0.5 * 0.96^(t psi))
+  bool decoupled_weight_decay = false;  // RAdam, NAdam: AdamW-style decay instead of L2 (torch's flag)
+  double momentum_decay = 4e-3;         // NAdam: psi of the momentum schedule mu_t
 };
 
 OCTOPT_HD double scalar_min(double a, double b) { return b < a ? b : a; }  // std::min's choice on ties
@@ -76,6 +77,22 @@ OCTOPT_HD SlotScalars scalars_for_step(OptimKind kind, const HyperParams& hp, st
   s.trust = 1.0f;
   s.flags = (hp.nesterov ? kNesterov : 0u) | (hp.centered ? kCentered : 0u) | (step == 1 ? kFirstStep : 0u) |
             (hp.maximize ? kMaximize : 0u);
+  s.bc2 = float(bc2);
+  s.rect = 1.0f;
+  if (kind == OptimKind::radam || kind == OptimKind::nadam) {
+    // one of the two decays is a no-op: g + 0 p, p * 1
+    if (hp.decoupled_weight_decay) s.weight_decay = 0.0f;
+    else s.decay = 1.0f;
+  }
+  if (kind == OptimKind::radam) {
+    const Rectification r = radam_rectification(hp.beta2, t);
+    s.rect = float(r.rect);
+    if (r.rectified) s.flags |= kRectified;
+  } else if (kind == OptimKind::nadam) {
+    s.nadam_lr = hp.lr;
+    s.nadam_mu = nadam_mu(hp.beta1, hp.momentum_decay, t);
+    s.nadam_mu_next = nadam_mu(hp.beta1, hp.momentum_decay, t + 1.0);
+  }
   return s;
 }
 

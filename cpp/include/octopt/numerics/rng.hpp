@@ -27,4 +27,16 @@ OCTOPT_HD float uniform01(std::uint64_t key, std::uint64_t index) {
   return float(std::uint32_t(z >> 40)) * 5.9604644775390625e-08f;
 }
 
+// The key of random stream `which` of a tensor in one optimizer step: 0..2 the stochastic rounding
+// of its state slots, 3 its stochastically rounded bf16 parameter writes. `rng_stream` tells the
+// tensors apart, `step` (the global step number) the steps.
+OCTOPT_HD std::uint64_t step_stream_key(std::uint64_t seed, std::uint64_t rng_stream, std::uint64_t step, int which) {
+  return rng_key(seed ^ mix64(rng_stream + 1), step * 4u + std::uint64_t(which));
+}
+
+// 16 random bits for element `index` (stochastic rounding of a bf16 write).
+OCTOPT_HD std::uint32_t random16(std::uint64_t key, std::uint64_t index) {
+  return std::uint32_t(mix64(key + index * kGolden64) >> 48);
+}
+
 }  // namespace octopt

@@ -1,23 +1,15 @@
 #pragma once
 // The per-element update of every optimizer, shared by the CPU and CUDA backends. States arrive
-// dequantized to float32 (s0, s1, s2; their meaning per optimizer is listed in optim.hpp) and the
-// parameter update uses the fresh float32 moments.
+// dequantized to float32 (s0, s1, s2; their meaning per optimizer: state_slots.hpp) and the
+// parameter update uses the fresh float32 moments. Where torch.optim is the reference, the float32
+// operations follow its single-tensor code in the same order.
 #include <cmath>
 
 #include "../config.hpp"
+#include "state_slots.hpp"
 #include "step_scalars.hpp"
 
 namespace octopt {
-
-enum class OptimKind : std::uint8_t { adam = 0, adamw, sgd, rmsprop, adagrad, lion, ademamix, lamb, lars };
-
-// State slots (s0, s1, s2) an optimizer may use; which of them a tensor really allocates depends on
-// hyper-parameters (e.g. SGD without momentum uses none).
-OCTOPT_HD constexpr int optim_state_slots(OptimKind kind) {
-  return (kind == OptimKind::adam || kind == OptimKind::adamw || kind == OptimKind::lamb)   ? 2
-         : (kind == OptimKind::ademamix || kind == OptimKind::rmsprop) ? 3
-                                                                         : 1;
-}
 
 OCTOPT_HD float rule_sqrt(float x) {
 #if defined(__CUDA_ARCH__)
@@ -96,7 +88,7 @@ OCTOPT_HD float update_element(const SlotScalars& h, float p, float g, float& s0
     const float u = (s0 / h.bc1) / (rule_sqrt(s1) / h.bc2_sqrt + h.eps) + h.weight_decay * p;
     if (u_out) *u_out = u;
     return p - h.lr * h.trust * u;
-  } else {  // lars
+  } else if constexpr (K == OptimKind::lars) {
     // You et al. 2017, Alg. 1: v = m v + lr * trust * (g + wd w); w = w - v.
     const float d = g + h.weight_decay * p;
     if (u_out) *u_out = d;
@@ -105,7 +97,48 @@ OCTOPT_HD float update_element(const SlotScalars& h, float p, float g, float& s0
       return p - s0;
     }
     return p - h.lr * h.trust * d;
+  } else if constexpr (K == OptimKind::radam) {
+    // Liu et al. 2020, as torch.optim.RAdam: the Adam step scaled by the rectification term r_t
+    // while the variance is tractable (rho_t > 5, decided on the host), else the un-adapted
+    // momentum step. Weight decay: coupled L2 (weight_decay) or decoupled (decay), per scalars_for_step.
+    g = g + h.weight_decay * p;
+    p = p * h.decay;
+    s0 = rule_lerp(s0, g, h.one_minus_beta1);
+    s1 = s1 * h.beta2 + h.one_minus_beta2 * g * g;
+    const float m_lr = (s0 / h.bc1) * h.lr;
+    const float adaptive = (1.0f / (rule_sqrt(s1) + h.eps)) * h.bc2_sqrt;  // torch: bc2**0.5 / (sqrt(v) + eps)
+    return p - ((h.flags & kRectified) ? (m_lr * adaptive) * h.rect : m_lr);
+  } else {  // nadam
+    // Dozat 2016, as torch.optim.NAdam: the gradient and the momentum each take their own
+    // coefficient of the momentum schedule (nadam_grad, nadam_mom: schedules.hpp).
+    g = g + h.weight_decay * p;
+    p = p * h.decay;
+    s0 = rule_lerp(s0, g, h.one_minus_beta1);
+    s1 = s1 * h.beta2 + h.one_minus_beta2 * g * g;
+    const float denom = rule_sqrt(s1 / h.bc2) + h.eps;
+    p = p + (h.nadam_grad * g) / denom;  // torch's addcdiv: p + (value * t1) / t2
+    return p + (h.nadam_mom * s0) / denom;
   }
+}
+
+// update_element of an optimizer chosen at run time (the CUDA kernel's form: the branch is uniform
+// over the grid, and one kernel holds every optimizer).
+OCTOPT_HD float update_element_any(OptimKind kind, const SlotScalars& h, float p, float g, float& s0, float& s1,
+                                   float& s2, float* u_out = nullptr) {
+  switch (kind) {
+    case OptimKind::adam: return update_element<OptimKind::adam>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::adamw: return update_element<OptimKind::adamw>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::sgd: return update_element<OptimKind::sgd>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::rmsprop: return update_element<OptimKind::rmsprop>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::adagrad: return update_element<OptimKind::adagrad>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::lion: return update_element<OptimKind::lion>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::ademamix: return update_element<OptimKind::ademamix>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::lamb: return update_element<OptimKind::lamb>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::lars: return update_element<OptimKind::lars>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::radam: return update_element<OptimKind::radam>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::nadam: return update_element<OptimKind::nadam>(h, p, g, s0, s1, s2, u_out);
+  }
+  return p;
 }
 
 }  // namespace octopt
