@@ -26,15 +26,6 @@ DTYPES = ("float32", "float16", "bfloat16")
 RAGGED_SIZES = (1, 255, 4097, 2**20)
 BLOCK_SIZES = (32, 64, 256, 4096)
 
-# NumPy arrays of ml_dtypes' bfloat16 cannot cross the binding: NumPy exports them neither by
-# DLPack ("DLPack only supports signed/unsigned integers, float and complex dtypes") nor by the
-# buffer protocol, so nanobind refuses the call with a bare "incompatible function arguments".
-NUMPY_BF16_GAP = (
-    "octopt cannot pass NumPy bfloat16 (ml_dtypes) arrays to its native layer: "
-    "nanobind rejects them with 'incompatible function arguments'"
-)
-
-
 @functools.cache
 def import_optional(name: str) -> Any:
     """The module, or None when it is not installed or fails to import."""
@@ -174,11 +165,7 @@ def _all_cases() -> list[ArrayCase]:
 
 def _param(case: ArrayCase) -> Any:
     reason = _skip_reason(case)
-    marks = []
-    if reason is not None:
-        marks.append(pytest.mark.skip(reason=reason))
-    elif case.framework == "numpy" and case.dtype == "bfloat16":
-        marks.append(pytest.mark.xfail(strict=True, raises=TypeError, reason=NUMPY_BF16_GAP))
+    marks = [] if reason is None else [pytest.mark.skip(reason=reason)]
     return pytest.param(case, id=case.id, marks=marks)
 
 

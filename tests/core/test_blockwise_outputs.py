@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import octopt
 import pytest
-from conftest import NUMPY_BF16_GAP, import_optional
+from conftest import import_optional
 
 
 def sample(n: int, seed: int = 0) -> np.ndarray:
@@ -31,9 +31,6 @@ def test_outputs_in_input_framework_and_device(array_case, bits):
     assert str(y.dtype).endswith("float32"), "dequantize defaults to float32"
 
 
-@pytest.mark.xfail(
-    import_optional("ml_dtypes") is not None, strict=True, raises=TypeError, reason=NUMPY_BF16_GAP
-)
 def test_numpy_bfloat16_output():
     x = sample(1000)
     codes, absmax = octopt.quantize_blockwise(x)
