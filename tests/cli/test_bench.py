@@ -34,6 +34,9 @@ def bench_run(tmp_path_factory):
     return json.loads((out / "step.json").read_text()), p.stdout, out
 
 
+# The tests that take bench_run are marked slow: the benchmark subprocess imports torch and jax and times
+# every implementation (20-40 s here), so they are left out of the everyday run (pytest -m slow).
+@pytest.mark.slow
 def test_every_octopt_row_is_measured_in_every_case(bench_run):
     data, _, _ = bench_run
     for case in CASES:
@@ -47,6 +50,7 @@ def test_every_octopt_row_is_measured_in_every_case(bench_run):
                                                                       ("triad", 2)}
 
 
+@pytest.mark.slow
 def test_peers_are_measured_or_left_out_with_a_reason(bench_run):
     data, out, _ = bench_run
     impls = {r["impl"] for r in data["rows"]}
@@ -65,6 +69,7 @@ def test_peers_are_measured_or_left_out_with_a_reason(bench_run):
         assert f"skipped {line}" in out
 
 
+@pytest.mark.slow
 def test_memory_section_has_a_row_per_implementation(bench_run):
     data, out, _ = bench_run
     names = [m["impl"] for m in data["memory"]]
@@ -76,6 +81,7 @@ def test_memory_section_has_a_row_per_implementation(bench_run):
     assert "temporaries MiB" in out
 
 
+@pytest.mark.slow
 def test_table_and_chart_are_written(bench_run):
     data, out, folder = bench_run
     assert "of floor" in out and "x fused" in out and f"saved {folder / 'step.json'}" in out

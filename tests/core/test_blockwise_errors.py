@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import octopt
 import pytest
-from conftest import import_optional, torch_cuda_usable
 
 
 def x_f32(n: int = 1000) -> np.ndarray:
@@ -412,10 +411,8 @@ def test_jax_array_rejected():
 
 
 @pytest.mark.skipif(not octopt.cuda_available(), reason="no CUDA device (octopt.cuda_available() is False)")
-def test_cpu_cuda_mismatch_torch():
-    if not torch_cuda_usable():
-        pytest.skip("this torch build cannot use CUDA")
-    import torch
+def test_cpu_cuda_mismatch_torch(torch_cuda):
+    torch = torch_cuda
 
     x = torch.randn(1000, device="cuda")
     codes = torch.empty(1000, dtype=torch.uint8)
@@ -436,10 +433,8 @@ def test_cpu_cuda_mismatch_torch():
 
 
 @pytest.mark.skipif(not octopt.cuda_available(), reason="no CUDA device (octopt.cuda_available() is False)")
-def test_cpu_cuda_mismatch_cupy():
-    cupy = import_optional("cupy")
-    if cupy is None:
-        pytest.skip("cupy is not installed")
+def test_cpu_cuda_mismatch_cupy(cupy_cuda):
+    cupy = cupy_cuda
     x = cupy.asarray(x_f32())
     with pytest.raises(
         ValueError, match=r"quantize_blockwise: argument 'out\[1\] \(absmax\)' is on cpu but 'x' is on cuda"

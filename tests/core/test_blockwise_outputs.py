@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import octopt
 import pytest
-from conftest import import_optional
 
 
 def sample(n: int, seed: int = 0) -> np.ndarray:
@@ -31,7 +30,7 @@ def test_outputs_in_input_framework_and_device(array_case, bits):
     assert str(y.dtype).endswith("float32"), "dequantize defaults to float32"
 
 
-def test_numpy_bfloat16_output():
+def test_numpy_bfloat16_output(import_optional):
     x = sample(1000)
     codes, absmax = octopt.quantize_blockwise(x)
     if import_optional("ml_dtypes") is None:

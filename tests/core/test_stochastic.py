@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import octopt
 import pytest
-import reference_blockwise as ref
 
 
 def sample(n: int, seed: int = 0) -> np.ndarray:
@@ -59,7 +58,7 @@ def test_counter_based_prefix_consistency():
 
 
 @pytest.mark.parametrize("bits", [8, 4])
-def test_codes_are_bracketing_neighbours(array_case, bits):
+def test_codes_are_bracketing_neighbours(array_case, bits, ref):
     n, block_size = 8191, 128
     values = sample(n, seed=8)
     values[::37] = 0.0
@@ -85,7 +84,7 @@ def test_codes_are_bracketing_neighbours(array_case, bits):
 
 
 @pytest.mark.parametrize("bits", [8, 4])
-def test_unbiased(bits):
+def test_unbiased(bits, ref):
     n, block_size, draws = 4096, 256, 200
     x = sample(n, seed=10)
     qmap = octopt.dynamic_map(True, bits=bits)

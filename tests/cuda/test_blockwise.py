@@ -1,13 +1,12 @@
 """CUDA against CPU: codes, absmax and dequantized values are bit-identical (stochastic rounding
 too: its random numbers depend only on (seed, element index)). Every test here takes a CUDA case
-from conftest and is skipped, with the reason, on a machine without a usable GPU."""
+from tests/conftest.py and is skipped, with the reason, on a machine without a usable GPU."""
 
 from __future__ import annotations
 
 import numpy as np
 import octopt
 import pytest
-from conftest import RAGGED_SIZES
 
 
 def sample(n: int, seed: int = 0) -> np.ndarray:
@@ -36,9 +35,8 @@ def assert_same(case, twin, gpu, cpu):
 @pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
 @pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("block_size", [32, 256, 4096])
-@pytest.mark.parametrize("n", RAGGED_SIZES)
-def test_quantize_matches_cpu(cuda_array_case, n, block_size, bits, rounding):
-    case = cuda_array_case
+def test_quantize_matches_cpu(cuda_array_case, ragged_size, block_size, bits, rounding):
+    case, n = cuda_array_case, ragged_size
     x, x_cpu, twin = on_both(case, sample(n, seed=n))
     kw = dict(block_size=block_size, bits=bits, rounding=rounding, seed=77)
     codes, absmax = octopt.quantize_blockwise(x, **kw)
@@ -49,9 +47,8 @@ def test_quantize_matches_cpu(cuda_array_case, n, block_size, bits, rounding):
 
 
 @pytest.mark.parametrize("bits", [8, 4])
-@pytest.mark.parametrize("n", RAGGED_SIZES)
-def test_dequantize_matches_cpu(cuda_array_case, n, bits):
-    case = cuda_array_case
+def test_dequantize_matches_cpu(cuda_array_case, ragged_size, bits):
+    case, n = cuda_array_case, ragged_size
     x, x_cpu, twin = on_both(case, sample(n, seed=n + 1))
     codes, absmax = octopt.quantize_blockwise(x, block_size=128, bits=bits)
     codes_cpu, absmax_cpu = octopt.quantize_blockwise(x_cpu, block_size=128, bits=bits)

@@ -4,23 +4,24 @@ A step of every tensor is one kernel launch (LAMB/LARS: two), with nothing else 
 no memset, no event. The counters that the step's last tile advances on the device (per-tensor
 step counts, the global step, the skipped-block counts) equal the CPU optimizer's after eager steps
 and after replays of a captured step, with a tensor whose gradient is None and gradient blocks
-holding NaN. Every test takes a CUDA case from conftest and is skipped, with the reason, on a
+holding NaN. Every test takes a CUDA case from tests/conftest.py and is skipped, with the reason, on a
 machine without a usable GPU."""
 
 from __future__ import annotations
 
 import numpy as np
-import octopt
 import pytest
 from octopt import _octopt
-import test_cuda_optim as cuda_optim
-from test_cuda_optim import OPTIMIZERS, assert_same_bytes, bytes_of
 
 # Tensor 0 never has a gradient; tensor 2 gets a NaN (one skipped block) on the steps in NAN_STEPS.
 SIZES = (1000, 4097, 70001)
 STEPS = 5
 NAN_STEPS = (1, 2, 4)
-KERNELS = {name: 2 if name in ("LAMB", "LARS") else 1 for name in OPTIMIZERS}
+
+
+def kernels(name: str) -> int:
+    """Kernel launches of one step: LAMB and LARS take a second one for their trust ratios."""
+    return 2 if name in ("LAMB", "LARS") else 1
 
 
 def grads_for(step: int) -> list:
@@ -54,8 +55,10 @@ def device_synchronize(case) -> None:
         case.module.cuda.Device().synchronize()
 
 
-def make_pair(case, name):
-    return cuda_optim.make_pair(case, name, 8, n_list=SIZES)
+@pytest.fixture
+def make_pair_8bit(make_pair):
+    """``make_pair_8bit(case, name)``: conftest's GPU/CPU optimizer pair with 8-bit state over SIZES."""
+    return lambda case, name: make_pair(case, name, 8, n_list=SIZES)
 
 
 def counters(opt) -> tuple:
@@ -63,7 +66,14 @@ def counters(opt) -> tuple:
             opt.last_skipped_blocks)
 
 
-def assert_same_as_cpu(case, twin, gpu, cpu, og, oc, name, when):
+@pytest.fixture
+def assert_same_as_cpu(assert_same_bytes, bytes_of):
+    """``assert_same_as_cpu(case, twin, gpu, cpu, og, oc, name, when)``: counters, trust ratios and
+    parameters of the GPU optimizer equal its CPU twin's."""
+    return lambda *args: _assert_same_as_cpu(assert_same_bytes, bytes_of, *args)
+
+
+def _assert_same_as_cpu(assert_same_bytes, bytes_of, case, twin, gpu, cpu, og, oc, name, when):
     assert counters(og) == counters(oc), when
     if name in ("LAMB", "LARS"):  # tensors with a gradient; see docs/cuda.md for a None gradient's
         assert og.trust_ratios()[1:] == oc.trust_ratios()[1:], when
@@ -71,10 +81,9 @@ def assert_same_as_cpu(case, twin, gpu, cpu, og, oc, name, when):
         assert_same_bytes(f"{when}: params[{i}]", bytes_of(case, pg), bytes_of(twin, pc))
 
 
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_step_records_one_kernel(cuda_array_case, name):
-    case = cuda_array_case
-    twin, gpu, cpu, og, oc = make_pair(case, name)
+def test_step_records_one_kernel(cuda_array_case, optimizer_name, make_pair_8bit, assert_same_as_cpu):
+    case, name = cuda_array_case, optimizer_name
+    twin, gpu, cpu, og, oc = make_pair_8bit(case, name)
     stream, handle = new_stream(case)
     grads = [None if g is None else case.make(g) for g in grads_for(0)]
     device_synchronize(case)
@@ -84,7 +93,7 @@ def test_step_records_one_kernel(cuda_array_case, name):
         og.step(grads, stream=handle)
     finally:
         kernels, nodes = _octopt._cuda_end_capture_count_nodes(handle)
-    assert (kernels, nodes) == (KERNELS[name], KERNELS[name])
+    assert (kernels, nodes) == (kernels(name), kernels(name))
     # The captured graph was never run: the device is where the eager step left it.
     stream.synchronize()
     oc.step([None if g is None else twin.make(g) for g in grads_for(0)])
@@ -92,9 +101,9 @@ def test_step_records_one_kernel(cuda_array_case, name):
 
 
 @pytest.mark.parametrize("name", ["Adam", "LAMB", "SGD", "AdEMAMix"])
-def test_counters_after_eager_steps_match_cpu(cuda_array_case, name):
+def test_counters_after_eager_steps_match_cpu(cuda_array_case, name, make_pair_8bit, assert_same_as_cpu):
     case = cuda_array_case
-    twin, gpu, cpu, og, oc = make_pair(case, name)
+    twin, gpu, cpu, og, oc = make_pair_8bit(case, name)
     for s in range(STEPS):
         gs = grads_for(s)
         og.step([None if g is None else case.make(g) for g in gs])
@@ -130,9 +139,9 @@ class Captured:
 
 
 @pytest.mark.parametrize("name", ["Adam", "LAMB", "SGD", "AdEMAMix"])
-def test_counters_after_graph_replays_match_cpu(cuda_array_case, name):
+def test_counters_after_graph_replays_match_cpu(cuda_array_case, name, make_pair_8bit, assert_same_as_cpu):
     case = cuda_array_case
-    twin, gpu, cpu, og, oc = make_pair(case, name)
+    twin, gpu, cpu, og, oc = make_pair_8bit(case, name)
     first = grads_for(0)
     static = [None if g is None else case.make(g) for g in first]  # fixed addresses for the graph
     if case.framework == "torch":  # torch captures on a side stream; warm up on one too

@@ -2,29 +2,15 @@
 bit-identical after several steps (nearest rounding), for every optimizer x state bits x param
 dtype; a step captured in a CUDA graph replays like eager steps; a step enqueued on a stream sees
 the gradient written before it on that stream; devices never mix. Every test takes a CUDA case
-from conftest and is skipped, with the reason, on a machine without a usable GPU."""
+from tests/conftest.py and is skipped, with the reason, on a machine without a usable GPU."""
 
 from __future__ import annotations
 
 import numpy as np
 import octopt
 import pytest
-from conftest import import_optional, torch_cuda_usable
 
-OPTIMIZERS = {
-    "Adam": dict(weight_decay=0.01),
-    "AdamW": dict(),
-    "SGD": dict(momentum=0.9, nesterov=True, weight_decay=0.01),
-    "RMSprop": dict(momentum=0.5, centered=True),
-    "Adagrad": dict(lr_decay=0.01),
-    "Lion": dict(weight_decay=0.1),
-    "AdEMAMix": dict(t_alpha=5, t_beta3=5),
-    "LAMB": dict(weight_decay=0.01),
-    "LARS": dict(weight_decay=0.01),
-}
-# Ragged sizes: one small tensor (32-bit state below min_8bit_size), one past a block boundary
-# and one of several tiles.
-SIZES = (1000, 4097, 70001)
+SIZES = (1000, 4097, 70001)  # as in conftest.py
 STEPS = 3
 
 
@@ -36,40 +22,9 @@ def grads_for(n: int, step: int, seed: int = 0) -> np.ndarray:
     return g
 
 
-def bytes_of(case, a) -> np.ndarray:
-    if case.framework == "torch":
-        import torch
-
-        t = a.detach().cpu().contiguous()
-        if t.dtype in (torch.bfloat16, torch.float16):
-            t = t.view(torch.int16)
-        return t.numpy().reshape(-1).view(np.uint8)
-    if case.framework == "cupy":
-        a = a.get()
-    return np.ascontiguousarray(np.asarray(a)).reshape(-1).view(np.uint8)
-
-
-def assert_same_bytes(what, a, b):
-    mismatch = np.flatnonzero(a != b)
-    assert a.shape == b.shape, f"{what}: sizes differ"
-    assert mismatch.size == 0, f"{what}: {mismatch.size} bytes differ, first at byte {mismatch[0]}"
-
-
-def make_pair(case, name, bits, n_list=SIZES, **extra):
-    rng = np.random.default_rng(7)
-    values = [rng.standard_normal(n).astype(np.float32) for n in n_list]
-    twin = case.cpu_twin()
-    gpu = [case.make(v) for v in values]
-    cpu = [twin.make(case.to_numpy(x).astype(np.float32)) for x in gpu]
-    cls = getattr(octopt, name)
-    opts = dict(OPTIMIZERS[name], bits=bits, **extra)
-    return twin, gpu, cpu, cls(gpu, **opts), cls(cpu, **opts)
-
-
 @pytest.mark.parametrize("bits", [32, 8, 4])
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_step_matches_cpu(cuda_array_case, name, bits):
-    case = cuda_array_case
+def test_step_matches_cpu(cuda_array_case, optimizer_name, bits, make_pair, assert_same_bytes, bytes_of):
+    case, name = cuda_array_case, optimizer_name
     twin, gpu, cpu, og, oc = make_pair(case, name, bits)
     for s in range(STEPS):
         gs = [grads_for(p_size, s) for p_size in SIZES]
@@ -91,7 +46,7 @@ def test_step_matches_cpu(cuda_array_case, name, bits):
         assert og.trust_ratios() == oc.trust_ratios()
 
 
-def test_stochastic_rounding_matches_cpu(cuda_array_case):
+def test_stochastic_rounding_matches_cpu(cuda_array_case, make_pair, assert_same_bytes, bytes_of):
     case = cuda_array_case
     twin, gpu, cpu, og, oc = make_pair(case, "AdamW", 8, stochastic_rounding=True, stochastic_bf16=True, seed=11)
     for s in range(STEPS):
@@ -102,7 +57,7 @@ def test_stochastic_rounding_matches_cpu(cuda_array_case):
         assert_same_bytes(f"params[{i}]", bytes_of(case, pg), bytes_of(twin, pc))
 
 
-def test_percentile_matches_cpu(cuda_array_case):
+def test_percentile_matches_cpu(cuda_array_case, make_pair, assert_same_bytes, bytes_of):
     case = cuda_array_case
     twin, gpu, cpu, og, oc = make_pair(case, "Adam", 8, percentile=99.0)
     for s in range(STEPS):
@@ -113,7 +68,7 @@ def test_percentile_matches_cpu(cuda_array_case):
         assert_same_bytes(f"params[{i}]", bytes_of(case, pg), bytes_of(twin, pc))
 
 
-def test_none_grad_and_step_counts(cuda_array_case):
+def test_none_grad_and_step_counts(cuda_array_case, make_pair, assert_same_bytes, bytes_of):
     case = cuda_array_case
     twin, gpu, cpu, og, oc = make_pair(case, "Adam", 8)
     for s in range(STEPS):
@@ -125,14 +80,9 @@ def test_none_grad_and_step_counts(cuda_array_case):
         assert_same_bytes(f"params[{i}]", bytes_of(case, pg), bytes_of(twin, pc))
 
 
-needs_torch_cuda = pytest.mark.skipif(
-    not (octopt.cuda_available() and torch_cuda_usable()), reason="needs torch with CUDA and a GPU")
-
-
-@needs_torch_cuda
 @pytest.mark.parametrize("name", ["Adam", "LAMB", "SGD"])
-def test_graph_replay_equals_eager_steps(name):
-    torch = import_optional("torch")
+def test_graph_replay_equals_eager_steps(name, torch_cuda, optimizer_options):
+    torch = torch_cuda
     k = 4
     sizes = (4097, 70001)
     init = [torch.randn(n, device="cuda") for n in sizes]
@@ -141,12 +91,12 @@ def test_graph_replay_equals_eager_steps(name):
 
     # eager reference: k + 1 steps
     ref = [x.clone() for x in init]
-    oe = getattr(octopt, name)(ref, **OPTIMIZERS[name])
+    oe = getattr(octopt, name)(ref, **optimizer_options[name])
     for gs in grads_seq:
         oe.step(gs)
 
     params = [x.clone() for x in init]
-    og = getattr(octopt, name)(params, **OPTIMIZERS[name])
+    og = getattr(octopt, name)(params, **optimizer_options[name])
     static = [g.clone() for g in grads_seq[0]]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -167,9 +117,8 @@ def test_graph_replay_equals_eager_steps(name):
     assert [t["step"] for t in og.state_layout()] == [k + 1] * len(sizes)
 
 
-@needs_torch_cuda
-def test_capture_refuses_changed_arguments():
-    torch = import_optional("torch")
+def test_capture_refuses_changed_arguments(torch_cuda):
+    torch = torch_cuda
     p = [torch.randn(5000, device="cuda")]
     opt = octopt.Adam(p)
     g1 = [torch.randn(5000, device="cuda")]
@@ -181,9 +130,8 @@ def test_capture_refuses_changed_arguments():
             opt.step(g2)
 
 
-@needs_torch_cuda
-def test_upload_changes_lr_between_replays():
-    torch = import_optional("torch")
+def test_upload_changes_lr_between_replays(torch_cuda):
+    torch = torch_cuda
     p = [torch.randn(5000, device="cuda")]
     ref = [p[0].clone()]
     g = [torch.randn(5000, device="cuda")]
@@ -202,9 +150,8 @@ def test_upload_changes_lr_between_replays():
     assert torch.equal(p[0], ref[0])
 
 
-@needs_torch_cuda
-def test_step_on_stream_sees_gradient_written_before_it():
-    torch = import_optional("torch")
+def test_step_on_stream_sees_gradient_written_before_it(torch_cuda):
+    torch = torch_cuda
     n = 1 << 22
     p = [torch.zeros(n, device="cuda")]
     opt = octopt.SGD(p, lr=1.0)
@@ -231,10 +178,8 @@ def test_device_mismatch_errors(cuda_array_case):
         octopt.Adam(p, strict=True)
 
 
-def test_cupy_optimizer_state_on_device():
-    cupy = import_optional("cupy")
-    if cupy is None or not octopt.cuda_available():
-        pytest.skip("needs CuPy and a GPU")
+def test_cupy_optimizer_state_on_device(cupy_cuda):
+    cupy = cupy_cuda
     p = cupy.ones(5000, dtype=cupy.float32)
     opt = octopt.Adam([p])
     buffers = opt._tensors[0].buffers

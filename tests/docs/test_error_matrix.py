@@ -3,7 +3,7 @@
 
 CASES below is the single source: each case is one row of the table between the
 ``<!-- error-matrix:begin -->`` and ``<!-- error-matrix:end -->`` markers of docs/errors.md.
-``test_doc_table_matches_cases`` fails when the two drift; ``python tests/test_error_matrix.py``
+``test_doc_table_matches_cases`` fails when the two drift; ``python tests/docs/test_error_matrix.py``
 rewrites the table from CASES (and ``--probe`` prints what each call really raises).
 
 A CLI row has the exception column ``exit 1``: ``octopt inspect`` reports a bad file on stderr
@@ -29,7 +29,7 @@ import octopt
 from octopt import StateFileError
 from octopt import state_file
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 BEGIN = "<!-- error-matrix:begin -->"
 END = "<!-- error-matrix:end -->"
 
@@ -481,7 +481,8 @@ def test_doc_table_matches_cases() -> None:
     case_ids = [c.id for c in CASES]
     assert set(doc_ids) - set(case_ids) == set(), "rows of docs/errors.md without a case"
     assert set(case_ids) - set(doc_ids) == set(), "cases missing from docs/errors.md"
-    assert rows[2:] == [c.row() for c in CASES], "docs/errors.md drifted: run python tests/test_error_matrix.py"
+    assert rows[2:] == [c.row() for c in CASES], (
+        "docs/errors.md drifted: run python tests/docs/test_error_matrix.py")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

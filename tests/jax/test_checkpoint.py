@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from optax_helpers import as_jax, jax, oo, problem
+
+jax = pytest.importorskip("jax", reason="jax is not installed")
+optax = pytest.importorskip("optax", reason="optax is not installed")
+import octopt.optax as oo  # noqa: E402
 
 serialization = pytest.importorskip("flax.serialization", reason="flax is not installed")
 
 
 @pytest.mark.parametrize("bits", (8, 4))
-def test_restore_then_continue_equals_uninterrupted(bits):
+def test_restore_then_continue_equals_uninterrupted(bits, problem, as_jax):
     p0, grads = problem(steps=4)
     tx = oo.adamw(1e-2, bits=bits)
 
@@ -37,7 +40,7 @@ def test_restore_then_continue_equals_uninterrupted(bits):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_state_restored_into_another_configuration_is_refused_at_update():
+def test_state_restored_into_another_configuration_is_refused_at_update(problem, as_jax):
     # flax restores arrays of any shape into the target; the step checks them against the layout
     p0, grads = problem(steps=1)
     blob = serialization.to_bytes(oo.adamw8bit(1e-2).init(as_jax(p0)))

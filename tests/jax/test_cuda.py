@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from optax_helpers import jax, problem, transformation
 
-import octopt
-import octopt.optax as oo
-import optax
-
-import jax.numpy as jnp  # noqa: E402  (after optax_helpers' importorskip)
+jax = pytest.importorskip("jax", reason="jax is not installed")
+optax = pytest.importorskip("optax", reason="optax is not installed")
+import jax.numpy as jnp  # noqa: E402
+import octopt  # noqa: E402
+import octopt.optax as oo  # noqa: E402
 
 
 def _gpu():
@@ -37,7 +36,7 @@ def _on(device, arrays):
     return [jax.device_put(np.asarray(a), device) * 1 for a in arrays]
 
 
-def _run_fused(device, kind, p0, grads, **options):
+def _run_fused(transformation, device, kind, p0, grads, **options):
     tx = transformation(kind, **options)
     params = _on(device, p0)
     state = tx.init(params)
@@ -62,15 +61,15 @@ CASES = [("adam", 32), ("adam", 8), ("adam", 4), ("adamw", 32), ("adamw", 8), ("
 
 
 @pytest.mark.parametrize("kind,bits", CASES)
-def test_fused_step_on_cuda_is_bit_identical_to_the_cpu_handler(kind, bits):
+def test_fused_step_on_cuda_is_bit_identical_to_the_cpu_handler(kind, bits, problem, transformation):
     p0, grads = problem(steps=3)
-    gp, gs = _run_fused(GPU, kind, p0, grads, bits=bits)
+    gp, gs = _run_fused(transformation, GPU, kind, p0, grads, bits=bits)
     assert all(GPU in p.devices() for p in gp)  # it ran where the arrays live
-    cp, cs = _run_fused(CPU, kind, p0, grads, bits=bits)
+    cp, cs = _run_fused(transformation, CPU, kind, p0, grads, bits=bits)
     _assert_same(gp, gs, cp, cs)
 
 
-def test_bf16_params_with_f32_grads_match_the_cpu_handler():
+def test_bf16_params_with_f32_grads_match_the_cpu_handler(problem, transformation):
     p0, grads = problem(steps=2)
     p0 = [jnp.asarray(p, jnp.bfloat16) for p in p0]
     tx = transformation("adamw", bits=8)
@@ -84,7 +83,7 @@ def test_bf16_params_with_f32_grads_match_the_cpu_handler():
     _assert_same(*out[0], *out[1])
 
 
-def test_update_mode_on_cuda_matches_the_cpu_handler():
+def test_update_mode_on_cuda_matches_the_cpu_handler(problem, transformation):
     p0, grads = problem(steps=2)
     tx = transformation("adamw", bits=8)
     update = jax.jit(tx.update)
@@ -101,7 +100,7 @@ def test_update_mode_on_cuda_matches_the_cpu_handler():
     _assert_same(*results[0][1:], *results[1][1:])
 
 
-def test_fused_step_on_cuda_writes_over_the_donated_buffers():
+def test_fused_step_on_cuda_writes_over_the_donated_buffers(problem, transformation):
     p0, grads = problem(steps=2)
     tx = transformation("adamw", bits=8)
     params = _on(GPU, p0)
@@ -114,7 +113,7 @@ def test_fused_step_on_cuda_writes_over_the_donated_buffers():
         assert [s.data.unsafe_buffer_pointer() for s in state.slots["exp_avg"]] == codes
 
 
-def test_non_finite_traced_learning_rate_leaves_everything_unchanged():
+def test_non_finite_traced_learning_rate_leaves_everything_unchanged(problem):
     # the device cannot raise: the step is not taken (docs/jax.md); the count still advances
     p0, grads = problem(steps=2)
     tx = optax.inject_hyperparams(oo.adam8bit)(learning_rate=1e-2)

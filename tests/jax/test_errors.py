@@ -6,13 +6,15 @@ import re
 
 import numpy as np
 import pytest
-from optax_helpers import as_jax, jax, jnp, oo, problem
 
-import optax
+jax = pytest.importorskip("jax", reason="jax is not installed")
+optax = pytest.importorskip("optax", reason="optax is not installed")
+import jax.numpy as jnp  # noqa: E402
+import octopt.optax as oo  # noqa: E402
 
 
 @pytest.fixture
-def setup():
+def setup(problem, as_jax):
     p0, grads = problem(steps=1)
     tx = oo.adamw8bit(1e-2)
     params = as_jax(p0)
@@ -28,7 +30,7 @@ def test_non_finite_or_negative_learning_rate(lr):
         oo.adam(jnp.asarray(lr))  # a concrete array is checked up front too
 
 
-def test_traced_non_finite_learning_rate_fails_in_the_handler():
+def test_traced_non_finite_learning_rate_fails_in_the_handler(problem, as_jax):
     p0, grads = problem(steps=1)
     tx = optax.inject_hyperparams(oo.adam8bit)(learning_rate=1e-2)
     params = as_jax(p0)
@@ -63,7 +65,7 @@ def test_bad_layout_options():
         oo.adam8bit(1e-3, bits=4)
 
 
-def test_traced_layout_option_names_static_args():
+def test_traced_layout_option_names_static_args(as_jax, problem):
     tx = optax.inject_hyperparams(oo.adam)(learning_rate=1e-2, bits=8)
     params = as_jax(problem(steps=0)[0])
     state = tx.init(params)  # eager: bits is a concrete array, accepted
@@ -106,7 +108,7 @@ def test_dtype_and_shape_mismatch(setup):
         tx.init([jnp.zeros((3,), jnp.int32)])
 
 
-def test_state_from_another_configuration(setup):
+def test_state_from_another_configuration(setup, as_jax, problem):
     tx, params, grads, state = setup
     with pytest.raises(ValueError, match=r"^octopt.optax.adamw.update: argument 'state' was made by another "
                                          r"configuration"):

@@ -11,7 +11,9 @@ import sys
 import textwrap
 
 import pytest
-from optax_helpers import oo  # noqa: F401 - skips the module without jax, optax or the handler
+
+pytest.importorskip("jax", reason="jax is not installed")
+pytest.importorskip("optax", reason="optax is not installed")
 
 SCRIPT = textwrap.dedent("""
     import numpy as np, jax, jax.numpy as jnp, optax

@@ -4,12 +4,15 @@ learning-rate schedules, vmap; each checked against the NumPy path."""
 from __future__ import annotations
 
 import numpy as np
-from optax_helpers import as_jax, assert_state_equal, jax, jnp, oo, problem, reference
+import pytest
 
-import optax
+jax = pytest.importorskip("jax", reason="jax is not installed")
+optax = pytest.importorskip("optax", reason="optax is not installed")
+import jax.numpy as jnp  # noqa: E402
+import octopt.optax as oo  # noqa: E402
 
 
-def _run(tx, p0, grads, jit=True):
+def _run(as_jax, tx, p0, grads, jit=True):
     params = as_jax(p0)
     state = tx.init(params)
     update = jax.jit(tx.update) if jit else tx.update
@@ -19,7 +22,7 @@ def _run(tx, p0, grads, jit=True):
     return params, state
 
 
-def _fused(tx, p0, grads):
+def _fused(as_jax, tx, p0, grads):
     params = as_jax(p0)
     state = tx.init(params)
     for g in grads:
@@ -32,18 +35,18 @@ def _close(params, ref, ulps=8):
         np.testing.assert_allclose(np.asarray(a), b, rtol=ulps * 2**-23, atol=1e-7)
 
 
-def test_eager_and_jitted_updates_agree_bit_for_bit():
+def test_eager_and_jitted_updates_agree_bit_for_bit(problem, as_jax):
     p0, grads = problem()
-    eager = _run(oo.adamw8bit(1e-2), p0, grads, jit=False)
-    jitted = _run(oo.adamw8bit(1e-2), p0, grads, jit=True)
+    eager = _run(as_jax, oo.adamw8bit(1e-2), p0, grads, jit=False)
+    jitted = _run(as_jax, oo.adamw8bit(1e-2), p0, grads, jit=True)
     for a, b in zip(jax.tree.leaves(eager), jax.tree.leaves(jitted)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_inside_optax_chain_after_clipping():
+def test_inside_optax_chain_after_clipping(problem, reference, as_jax):
     p0, grads = problem()
     clip = optax.clip_by_global_norm(1.0)
-    params, state = _run(optax.chain(clip, oo.adam8bit(1e-2)), p0, grads)
+    params, state = _run(as_jax, optax.chain(clip, oo.adam8bit(1e-2)), p0, grads)
     # the same clipped gradients through the NumPy path (XLA may round the clipping differently
     # inside the chain's jit, so this compares values, not bits)
     clipped = [[np.asarray(x) for x in clip.update(as_jax(g), clip.init(None))[0]] for g in grads]
@@ -52,7 +55,7 @@ def test_inside_optax_chain_after_clipping():
     _close(params, ref, ulps=64)
 
 
-def test_inject_hyperparams_traced_learning_rate_and_betas():
+def test_inject_hyperparams_traced_learning_rate_and_betas(problem, as_jax, assert_state_equal):
     import octopt
 
     p0, grads = problem()
@@ -72,12 +75,12 @@ def test_inject_hyperparams_traced_learning_rate_and_betas():
     _close(params, ref)
 
 
-def test_learning_rate_schedule_is_evaluated_at_the_step_count():
+def test_learning_rate_schedule_is_evaluated_at_the_step_count(problem, assert_state_equal, as_jax):
     import octopt
 
     p0, grads = problem()
     lrs = np.array([1e-2, 3e-3, 1e-3], np.float32)
-    params, state = _fused(oo.adamw8bit(lambda count: jnp.asarray(lrs)[count]), p0, grads)
+    params, state = _fused(as_jax, oo.adamw8bit(lambda count: jnp.asarray(lrs)[count]), p0, grads)
     ref = octopt.AdamW([p.copy() for p in p0], lr=1e-2, bits=8)
     for lr, g in zip(lrs, grads):
         ref.param_groups[0]["lr"] = float(lr)
@@ -87,7 +90,7 @@ def test_learning_rate_schedule_is_evaluated_at_the_step_count():
     assert_state_equal(state, ref)
 
 
-def test_vmap_steps_each_batch_element_like_its_own_optimizer():
+def test_vmap_steps_each_batch_element_like_its_own_optimizer(problem, as_jax):
     p0a, grads_a = problem(seed=1, steps=2)
     p0b, grads_b = problem(seed=2, steps=2)
     tx = oo.lion8bit(1e-2)
@@ -99,7 +102,7 @@ def test_vmap_steps_each_batch_element_like_its_own_optimizer():
         updates, state = update(g, state, params)
         params = optax.apply_updates(params, updates)
     for k, (p0, grads) in enumerate(((p0a, grads_a), (p0b, grads_b))):
-        single, _ = _run(oo.lion8bit(1e-2), p0, grads)
+        single, _ = _run(as_jax, oo.lion8bit(1e-2), p0, grads)
         for a, b in zip(params, single):
             np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b))
 
@@ -133,12 +136,12 @@ def test_training_with_8bit_state_converges_like_32bit_state():
     assert losses8[-1] < 1.5 * losses32[-1] + 1e-3, (losses8[-1], losses32[-1])
 
 
-def test_inside_optax_multisteps_gradient_accumulation():
+def test_inside_optax_multisteps_gradient_accumulation(problem, as_jax):
     import octopt
 
     p0, grads = problem(steps=4, shapes=((4097,),))
     tx = optax.MultiSteps(oo.adam8bit(1e-2), every_k_schedule=2)
-    params, state = _run(tx, p0, grads)
+    params, state = _run(as_jax, tx, p0, grads)
     # the mean of each pair of gradients, one step per pair
     ref = octopt.Adam([p0[0].copy()], lr=1e-2, bits=8)
     for a, b in zip(grads[::2], grads[1::2]):
@@ -147,7 +150,7 @@ def test_inside_optax_multisteps_gradient_accumulation():
     assert int(state.inner_opt_state.count) == 2
 
 
-def test_one_ffi_call_steps_every_parameter():
+def test_one_ffi_call_steps_every_parameter(problem, as_jax):
     p0, grads = problem()
     tx = oo.adamw8bit(1e-2)
     params = as_jax(p0)

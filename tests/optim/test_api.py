@@ -7,16 +7,6 @@ import copy
 import numpy as np
 import octopt
 import pytest
-from optim_helpers import (
-    assert_params_bit_equal,
-    assert_snapshots_equal,
-    grad_sequence,
-    make,
-    _single_threaded_libraries,  # noqa: F401 - an autouse fixture
-    snapshot,
-    state_arrays,
-    to_numpy,
-)
 
 
 def _arrays(seed, shapes):
@@ -35,7 +25,7 @@ GROUPS = [
 ]
 
 
-def test_param_groups_step_like_separate_optimizers():
+def test_param_groups_step_like_separate_optimizers(grad_sequence, assert_params_bit_equal):
     p0 = _arrays(0, GROUP_SHAPES)
     grads = grad_sequence(np.random.default_rng(1), GROUP_SHAPES, 10)
     params = [p.copy() for p in p0]
@@ -70,7 +60,7 @@ def test_param_groups_step_like_separate_optimizers():
     assert opt.param_groups[0]["betas"] == (0.8, 0.99) and opt.param_groups[2]["lr"] == 5e-3
 
 
-def test_param_groups_match_torch_groups():
+def test_param_groups_match_torch_groups(grad_sequence):
     torch = pytest.importorskip("torch")
     p0 = _arrays(2, GROUP_SHAPES[:3])
     grads = grad_sequence(np.random.default_rng(3), GROUP_SHAPES[:3], 100)
@@ -107,7 +97,7 @@ def test_add_param_group():
 
 
 @pytest.mark.parametrize("name", ["Adam", "SGD", "RMSprop"])
-def test_lr_and_betas_changed_between_steps_take_effect(name):
+def test_lr_and_betas_changed_between_steps_take_effect(name, grad_sequence):
     torch = pytest.importorskip("torch")
     kw = {"Adam": {}, "SGD": {"momentum": 0.9}, "RMSprop": {"momentum": 0.5}}[name]
     p0 = _arrays(5, ((4097,),))
@@ -147,7 +137,7 @@ def test_zero_lr_freezes_params():
 @pytest.mark.parametrize(
     "name, kw", [("Adam", {}), ("SGD", {"momentum": 0.9}), ("Adagrad", {"lr_decay": 0.1})]
 )
-def test_none_grads_match_torch(name, kw):
+def test_none_grads_match_torch(name, kw, grad_sequence):
     torch = pytest.importorskip("torch")
     shapes = ((4097,), (33, 65))
     p0 = _arrays(8, shapes)
@@ -168,7 +158,7 @@ def test_none_grads_match_torch(name, kw):
         assert np.abs(p - want).max() <= 1e-5 * np.abs(want - z).max()
 
 
-def test_none_grad_leaves_that_param_and_its_state_untouched():
+def test_none_grad_leaves_that_param_and_its_state_untouched(grad_sequence, state_arrays):
     shapes = ((4097,), (5000,))
     p0 = _arrays(10, shapes)
     grads = grad_sequence(np.random.default_rng(11), shapes, 6)
@@ -210,7 +200,8 @@ def _groups_for(params, kw):
 
 
 @pytest.mark.parametrize("case", ROUND_TRIPS, ids=[f"{c[0]}-{c[1]['bits']}bit-{c[2]}" for c in ROUND_TRIPS])
-def test_state_dict_round_trip_continues_bit_identically(case):
+def test_state_dict_round_trip_continues_bit_identically(case, grad_sequence, assert_params_bit_equal,
+                                                         assert_snapshots_equal, make, snapshot, to_numpy):
     name, kw, framework = case
     if framework == "torch":
         pytest.importorskip("torch")
@@ -236,7 +227,7 @@ def test_state_dict_round_trip_continues_bit_identically(case):
     assert_snapshots_equal(snapshot(resumed), snapshot(opt))
 
 
-def test_state_dict_is_a_copy():
+def test_state_dict_is_a_copy(snapshot, assert_snapshots_equal):
     p = _arrays(14, ((4097,),))[0]
     opt = octopt.Adam([p], lr=1e-2, bits=8)
     opt.step([np.ones(4097, np.float32)])
@@ -318,7 +309,8 @@ def _mutations():
 
 
 @pytest.mark.parametrize("what, mutate, pattern", _mutations(), ids=[m[0] for m in _mutations()])
-def test_load_state_dict_mismatch_raises_and_changes_nothing(what, mutate, pattern):
+def test_load_state_dict_mismatch_raises_and_changes_nothing(what, mutate, pattern, grad_sequence, snapshot,
+                                                             assert_snapshots_equal):
     shapes = ((3000,), (5000,))  # the first keeps 32-bit state (below min_8bit_size), the second 8-bit
     grads = grad_sequence(np.random.default_rng(16), shapes, 4)
     src_params = _arrays(17, shapes)

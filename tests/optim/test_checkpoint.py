@@ -8,16 +8,6 @@ import pytest
 pytest.importorskip("octopt.state_file")
 
 import octopt
-from optim_helpers import (
-    assert_params_bit_equal,
-    assert_snapshots_equal,
-    grad_sequence,
-    make,
-    _single_threaded_libraries,  # noqa: F401 - an autouse fixture
-    snapshot,
-    state_arrays,
-    to_numpy,
-)
 
 
 SHAPES = ((4097,), (5000,), (33, 65))
@@ -41,7 +31,7 @@ CONFIGS = {
 }
 
 
-def _run(config, framework, steps, params=None, path=None, load=None):
+def _run(make, grad_sequence, config, framework, steps, params=None, path=None, load=None):
     cls, groups, kw = CONFIGS[config]
     params = params or [make(p, framework) for p in _initial()]
     opt = cls(groups(params), **kw)
@@ -62,23 +52,24 @@ def _initial():
 
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
 @pytest.mark.parametrize("config", list(CONFIGS))
-def test_save_load_continue_is_bit_identical(tmp_path, config, framework):
+def test_save_load_continue_is_bit_identical(tmp_path, config, framework, assert_params_bit_equal,
+                                             assert_snapshots_equal, make, grad_sequence, snapshot, to_numpy):
     if framework == "torch":
         pytest.importorskip("torch")
     path = tmp_path / "opt.safetensors"
-    opt, params = _run(config, framework, 5, path=path)
+    opt, params = _run(make, grad_sequence, config, framework, 5, path=path)
     resumed_params = [make(to_numpy(p), framework) for p in params]
     for gs in grad_sequence(np.random.default_rng(21), SHAPES, 10)[5:]:
         opt.step([make(g, framework) for g in gs])
-    resumed, _ = _run(config, framework, 5, params=resumed_params, load=path)
+    resumed, _ = _run(make, grad_sequence, config, framework, 5, params=resumed_params, load=path)
     assert_params_bit_equal(resumed_params, params)
     assert_snapshots_equal(snapshot(resumed), snapshot(opt))
 
 
-def test_file_opens_with_safetensors(tmp_path):
+def test_file_opens_with_safetensors(tmp_path, state_arrays, make, grad_sequence):
     st = pytest.importorskip("safetensors.numpy")
     path = tmp_path / "opt.safetensors"
-    opt, _ = _run("adamw-multigroup", "numpy", 3, path=path)
+    opt, _ = _run(make, grad_sequence, "adamw-multigroup", "numpy", 3, path=path)
     tensors = st.load_file(str(path))
     state = state_arrays(opt)
     # every state array is in the file, unchanged: quantized slots as codes + absmax, 32-bit ones as floats
@@ -120,7 +111,8 @@ MISMATCHES = [
 
 
 @pytest.mark.parametrize("what, kw, pattern", MISMATCHES, ids=[m[0] for m in MISMATCHES])
-def test_load_mismatch_raises_and_changes_nothing(tmp_path, what, kw, pattern):
+def test_load_mismatch_raises_and_changes_nothing(tmp_path, what, kw, pattern, snapshot,
+                                                  assert_snapshots_equal):
     path = tmp_path / "opt.safetensors"
     _fresh().save(path)
     opt = _fresh(**kw)
@@ -143,7 +135,7 @@ def _data_start(blob):
 @pytest.mark.parametrize(
     "cut", ["empty", "4 bytes", "length only", "mid header", "header only", "mid data", "last byte"]
 )
-def test_truncated_file_raises_state_file_error(tmp_path, cut):
+def test_truncated_file_raises_state_file_error(tmp_path, cut, snapshot, assert_snapshots_equal):
     blob = _saved_bytes(tmp_path)
     start = _data_start(blob)
     size = {
@@ -167,7 +159,7 @@ def test_truncated_file_raises_state_file_error(tmp_path, cut):
 @pytest.mark.parametrize(
     "where", ["first data byte", "middle of the data", "last byte", "header length", "header brace"]
 )
-def test_bit_flipped_file_raises_state_file_error(tmp_path, where):
+def test_bit_flipped_file_raises_state_file_error(tmp_path, where, snapshot, assert_snapshots_equal):
     blob = bytearray(_saved_bytes(tmp_path))
     start = _data_start(blob)
     at = {
@@ -191,7 +183,7 @@ def test_state_file_error_is_a_value_error():
     assert issubclass(octopt.StateFileError, ValueError)
 
 
-def test_a_state_file_that_is_not_an_optimizer_state(tmp_path):
+def test_a_state_file_that_is_not_an_optimizer_state(tmp_path, snapshot, assert_snapshots_equal):
     from octopt import state_file
 
     path = tmp_path / "other.safetensors"
@@ -203,7 +195,7 @@ def test_a_state_file_that_is_not_an_optimizer_state(tmp_path):
     assert_snapshots_equal(snapshot(opt), before)
 
 
-def test_missing_file_raises_oserror(tmp_path):
+def test_missing_file_raises_oserror(tmp_path, snapshot, assert_snapshots_equal):
     opt = _fresh()
     before = snapshot(opt)
     with pytest.raises(OSError):
@@ -211,7 +203,7 @@ def test_missing_file_raises_oserror(tmp_path):
     assert_snapshots_equal(snapshot(opt), before)
 
 
-def test_save_replaces_an_existing_file(tmp_path):
+def test_save_replaces_an_existing_file(tmp_path, assert_snapshots_equal, snapshot):
     path = tmp_path / "opt.safetensors"
     path.write_bytes(b"old contents")
     opt = _fresh()

@@ -10,8 +10,6 @@ from __future__ import annotations
 import numpy as np
 import octopt
 import pytest
-from optim_helpers import grad_sequence, make, raw, to_numpy
-from optim_helpers import _single_threaded_libraries  # noqa: F401 - an autouse fixture
 
 
 CASES = [
@@ -34,14 +32,14 @@ KINDS = [
 ]
 
 
-def _narrow(values: np.ndarray, framework: str, dtype: str):
+def _narrow(make, values: np.ndarray, framework: str, dtype: str):
     """float32 values rounded to `dtype` (nearest even), as an array of that framework."""
     return make(values, framework, dtype)
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=["-".join(k) for k in KINDS])
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[2]}bit" for c in CASES])
-def test_half_params_step_like_float32_then_round(case, kind):
+def test_half_params_step_like_float32_then_round(case, kind, grad_sequence, to_numpy, raw, make):
     framework, pdtype, gdtype = kind
     if framework == "torch":
         pytest.importorskip("torch")
@@ -50,20 +48,21 @@ def test_half_params_step_like_float32_then_round(case, kind):
     shapes = ((4097,), (40, 70))
     p0 = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     grads = grad_sequence(rng, shapes, 30)
-    params = [_narrow(p, framework, pdtype) for p in p0]
+    params = [_narrow(make, p, framework, pdtype) for p in p0]
     shadow = [to_numpy(p).astype(np.float32) for p in params]
     opt = getattr(octopt, name)(params, bits=bits, **kw)
     ref = getattr(octopt, name)(shadow, bits=bits, **kw)
     moved = False
     for gs in grads:
-        g_half = [_narrow(g, framework, gdtype) for g in gs]
+        g_half = [_narrow(make, g, framework, gdtype) for g in gs]
         for s, p in zip(shadow, params):
             s[...] = to_numpy(p)  # exact: every fp16/bf16 value is a float32
         before = [raw(p) for p in params]
         opt.step(g_half)
         ref.step([to_numpy(g).astype(np.float32) for g in g_half])
         for i, (p, s) in enumerate(zip(params, shadow)):
-            np.testing.assert_array_equal(raw(p), raw(_narrow(s, framework, pdtype)), err_msg=f"param {i}")
+            np.testing.assert_array_equal(raw(p), raw(_narrow(make, s, framework, pdtype)),
+                                          err_msg=f"param {i}")
             moved |= not np.array_equal(before[i], raw(p))
     assert moved
     # the state is float32 (or codes) whatever the parameter's dtype
@@ -86,7 +85,7 @@ def test_half_params_step_like_float32_then_round(case, kind):
         ("numpy", "float32", "float64"),
     ],
 )
-def test_grad_of_another_dtype_raises(framework, pdtype, gdtype):
+def test_grad_of_another_dtype_raises(framework, pdtype, gdtype, make, raw):
     if framework == "torch":
         pytest.importorskip("torch")
     p = make(np.ones(300, np.float32), framework, pdtype)

@@ -8,8 +8,6 @@ import math
 import numpy as np
 import octopt
 import pytest
-from optim_helpers import assert_snapshots_equal, snapshot
-from optim_helpers import _single_threaded_libraries  # noqa: F401 - an autouse fixture
 
 
 def _p(n=4097):
@@ -238,7 +236,8 @@ STEP_ERRORS = [
 
 
 @pytest.mark.parametrize("what, grads, exc, pattern", STEP_ERRORS, ids=[e[0] for e in STEP_ERRORS])
-def test_bad_step_changes_nothing(opt_and_params, what, grads, exc, pattern):
+def test_bad_step_changes_nothing(opt_and_params, what, grads, exc, pattern, snapshot,
+                                  assert_snapshots_equal):
     opt, params = opt_and_params
     before = snapshot(opt)
     with pytest.raises(exc, match=r"^step: .*" + pattern):
@@ -256,7 +255,8 @@ def test_bad_step_changes_nothing(opt_and_params, what, grads, exc, pattern):
         ("bogus", 1, r"unknown option 'bogus'"),
     ],
 )
-def test_bad_hyperparameter_set_between_steps(opt_and_params, key, value, pattern):
+def test_bad_hyperparameter_set_between_steps(opt_and_params, key, value, pattern, snapshot,
+                                              assert_snapshots_equal):
     opt, _params = opt_and_params
     before = snapshot(opt)
     group = opt.param_groups[0]

@@ -18,7 +18,10 @@ import numpy as np
 import octopt
 import pytest
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+pytestmark = [
+    pytest.mark.slow,  # 10k steps and 1k save/load cycles: left out of the everyday run (pytest -m slow)
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm"),
+]
 
 STEPS = 10_000
 CYCLES = 1_000

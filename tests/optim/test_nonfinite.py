@@ -6,15 +6,6 @@ from __future__ import annotations
 import numpy as np
 import octopt
 import pytest
-from optim_helpers import (
-    assert_params_bit_equal,
-    assert_snapshots_equal,
-    make,
-    raw,
-    _single_threaded_libraries,  # noqa: F401 - an autouse fixture
-    snapshot,
-    state_arrays,
-)
 
 
 KW = {
@@ -50,7 +41,7 @@ def _state_block(arr_key, arr, bits, n, block, b):
     return arr.reshape(-1)[i0:i1]
 
 
-def _grads(rng, bad, dtype="float32", framework="numpy", block=256):
+def _grads(make, rng, bad, dtype="float32", framework="numpy", block=256):
     gs = []
     for t, shape in enumerate(SHAPES):
         g = rng.standard_normal(shape).astype(np.float32).reshape(-1)
@@ -64,28 +55,28 @@ def _grads(rng, bad, dtype="float32", framework="numpy", block=256):
 
 @pytest.mark.parametrize("bits", [32, 8, 4])
 @pytest.mark.parametrize("name", list(KW))
-def test_bad_blocks_keep_param_and_state(name, bits):
-    _check_bad_blocks(name, bits, "numpy", "float32")
+def test_bad_blocks_keep_param_and_state(name, bits, make, raw, state_arrays):
+    _check_bad_blocks(make, raw, state_arrays, name, bits, "numpy", "float32")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("name", ["Adam", "SGD", "LAMB"])
-def test_bad_blocks_keep_param_and_state_torch(name, dtype):
+def test_bad_blocks_keep_param_and_state_torch(name, dtype, make, raw, state_arrays):
     pytest.importorskip("torch")
-    _check_bad_blocks(name, 8, "torch", dtype)
+    _check_bad_blocks(make, raw, state_arrays, name, 8, "torch", dtype)
 
 
-def _check_bad_blocks(name, bits, framework, dtype, block_size=None):
+def _check_bad_blocks(make, raw, state_arrays, name, bits, framework, dtype, block_size=None):
     block = block_size or (128 if bits == 4 else 256)
     rng = np.random.default_rng(4)
     params = [make(rng.standard_normal(s), framework, dtype) for s in SHAPES]
     extra = {} if block_size is None else {"block_size": block_size}
     opt = getattr(octopt, name)(params, bits=bits, min_8bit_size=0, **KW[name], **extra)
     for _ in range(3):  # a state that is not all zeros
-        assert opt.step(_grads(rng, (), dtype, framework, block)) == 0
+        assert opt.step(_grads(make, rng, (), dtype, framework, block)) == 0
     before_p = [raw(p).reshape(-1) for p in params]
     before_s = state_arrays(opt)
-    skipped = opt.step(_grads(rng, BAD, dtype, framework, block))
+    skipped = opt.step(_grads(make, rng, BAD, dtype, framework, block))
     assert skipped == len(BAD) == opt.last_skipped_blocks == opt.skipped_blocks
     after_p = [raw(p).reshape(-1) for p in params]
     after_s = state_arrays(opt)
@@ -112,14 +103,14 @@ def _check_bad_blocks(name, bits, framework, dtype, block_size=None):
                     err_msg=f"tensor {t} block {b} state {key}",
                 )
     # the next finite step steps everything again
-    assert opt.step(_grads(rng, (), dtype, framework, block)) == 0
+    assert opt.step(_grads(make, rng, (), dtype, framework, block)) == 0
     assert opt.last_skipped_blocks == 0 and opt.skipped_blocks == len(BAD)
 
 
 @pytest.mark.parametrize("block_size", [64, 1024])
-def test_the_skipped_unit_is_the_groups_block_size(block_size):
-    _check_bad_blocks("Adam", 8, "numpy", "float32", block_size=block_size)
-    _check_bad_blocks("Adam", 32, "numpy", "float32", block_size=block_size)
+def test_the_skipped_unit_is_the_groups_block_size(block_size, make, raw, state_arrays):
+    _check_bad_blocks(make, raw, state_arrays, "Adam", 8, "numpy", "float32", block_size=block_size)
+    _check_bad_blocks(make, raw, state_arrays, "Adam", 32, "numpy", "float32", block_size=block_size)
 
 
 def test_a_tensor_with_only_bad_blocks_and_a_none_grad():
@@ -137,7 +128,8 @@ def test_a_tensor_with_only_bad_blocks_and_a_none_grad():
 
 @pytest.mark.parametrize("bits", [32, 8])
 @pytest.mark.parametrize("name", ["Adam", "SGD", "LARS"])
-def test_strict_raises_and_changes_nothing(name, bits):
+def test_strict_raises_and_changes_nothing(name, bits, snapshot, assert_snapshots_equal,
+                                           assert_params_bit_equal):
     rng = np.random.default_rng(8)
     p0 = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
     good = [[rng.standard_normal(s).astype(np.float32) for s in SHAPES] for _ in range(4)]

@@ -2,19 +2,93 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import octopt
 import pytest
-from optim_helpers import (
-    DigitsMLP,
-    Quadratic,
-    make,
-    raw,
-    run_quadratic,
-    _single_threaded_libraries,  # noqa: F401 - an autouse fixture
-    state_arrays,
-    to_numpy,
-)
+
+# ---------------------------------------------------------------------------------------------
+# Small problems in NumPy float32 (BLAS on one thread: conftest.py's _single_threaded)
+
+
+class Quadratic:
+    """f(X) = ||A X - B||^2 / rows, for a matrix parameter X; gradient 2 A^T (A X - B) / rows."""
+
+    def __init__(self, seed: int = 0, rows: int = 96, inner: int = 64, cols: int = 80):
+        rng = np.random.default_rng(seed)
+        self.A = (rng.standard_normal((rows, inner)) / np.sqrt(inner)).astype(np.float32)
+        self.B = rng.standard_normal((rows, cols)).astype(np.float32)
+        self.x0 = rng.standard_normal((inner, cols)).astype(np.float32)
+        self.rows = rows
+
+    def loss(self, x: Any) -> float:
+        r = self.A.astype(np.float64) @ np.asarray(x, dtype=np.float64).reshape(self.x0.shape) - self.B
+        return float((r * r).sum() / self.rows)
+
+    def grad(self, x: Any) -> np.ndarray:
+        xv = np.asarray(x, dtype=np.float32).reshape(self.x0.shape)
+        return (2.0 / self.rows) * (self.A.T @ (self.A @ xv - self.B)).astype(np.float32)
+
+
+def run_quadratic(cls: type, problem: Quadratic, steps: int, **kw: Any) -> tuple[float, float]:
+    """(initial loss, final loss) of `steps` steps of cls on the problem."""
+    x = problem.x0.copy()
+    opt = cls([x], **kw)
+    first = problem.loss(x)
+    for _ in range(steps):
+        opt.step([problem.grad(x)])
+    return first, problem.loss(x)
+
+
+class DigitsMLP:
+    """A 64-h-10 ReLU network on scikit-learn's digits, forward and backward in NumPy float32."""
+
+    def __init__(self, hidden: int = 128, seed: int = 0):
+        from sklearn.datasets import load_digits
+
+        x, y = load_digits(return_X_y=True)
+        self.X = (x / 16.0).astype(np.float32)
+        self.y = y
+        self.Y = np.eye(10, dtype=np.float32)[y]
+        rng = np.random.default_rng(seed)
+        self.p0 = [
+            (rng.standard_normal((64, hidden)) * np.sqrt(2 / 64)).astype(np.float32),
+            np.zeros(hidden, np.float32),
+            (rng.standard_normal((hidden, 10)) * np.sqrt(1 / hidden)).astype(np.float32),
+            np.zeros(10, np.float32),
+        ]
+
+    def _forward(self, ps: list, x: np.ndarray) -> tuple:
+        w1, b1, w2, b2 = ps
+        pre = x @ w1 + b1
+        h = np.maximum(pre, 0)
+        z = h @ w2 + b2
+        e = np.exp(z - z.max(1, keepdims=True))
+        return pre, h, e / e.sum(1, keepdims=True)
+
+    def loss(self, ps: list) -> float:
+        prob = self._forward(ps, self.X)[2]
+        return float(-np.log(prob[np.arange(len(self.y)), self.y] + 1e-12).mean())
+
+    def grads(self, ps: list, idx: np.ndarray) -> list:
+        x = self.X[idx]
+        pre, h, prob = self._forward(ps, x)
+        dz = (prob - self.Y[idx]) / len(idx)
+        dh = dz @ ps[2].T
+        dh[pre <= 0] = 0
+        return [x.T @ dh, dh.sum(0), h.T @ dz, dz.sum(0)]
+
+    def train(self, cls: type, epochs: int, batch: int = 64, **kw: Any) -> float:
+        """Final full-data loss after `epochs` epochs of mini-batch training (same batches every run)."""
+        ps = [p.copy() for p in self.p0]
+        opt = cls(ps, **kw)
+        rng = np.random.default_rng(1)
+        for _ in range(epochs):
+            perm = rng.permutation(len(self.X))
+            for i in range(0, len(perm), batch):
+                opt.step(self.grads(ps, perm[i : i + batch]))
+        return self.loss(ps)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,7 +290,7 @@ def test_every_optimizer_decreases_a_quadratic(name, bits):
 # rounding options
 
 
-def _run_seeded(seed, bits, steps=20, **kw):
+def _run_seeded(state_arrays, seed, bits, steps=20, **kw):
     rng = np.random.default_rng(5)
     p = rng.standard_normal(4097).astype(np.float32)
     opt = octopt.Adam([p], lr=1e-2, bits=bits, seed=seed, **kw)
@@ -226,11 +300,11 @@ def _run_seeded(seed, bits, steps=20, **kw):
 
 
 @pytest.mark.parametrize("bits", [8, 4])
-def test_stochastic_rounding_is_reproducible_and_seeded(bits):
-    a = _run_seeded(1, bits, stochastic_rounding=True)
-    b = _run_seeded(1, bits, stochastic_rounding=True)
-    c = _run_seeded(2, bits, stochastic_rounding=True)
-    nearest = _run_seeded(1, bits, stochastic_rounding=False)
+def test_stochastic_rounding_is_reproducible_and_seeded(bits, state_arrays):
+    a = _run_seeded(state_arrays, 1, bits, stochastic_rounding=True)
+    b = _run_seeded(state_arrays, 1, bits, stochastic_rounding=True)
+    c = _run_seeded(state_arrays, 2, bits, stochastic_rounding=True)
+    nearest = _run_seeded(state_arrays, 1, bits, stochastic_rounding=False)
     np.testing.assert_array_equal(a[0], b[0])
     for k in a[1]:
         np.testing.assert_array_equal(a[1][k], b[1][k])
@@ -249,7 +323,7 @@ def _bf16_sgd(seed, stochastic, steps=200):
     return p
 
 
-def test_stochastic_bf16_is_reproducible_seeded_and_unbiased():
+def test_stochastic_bf16_is_reproducible_seeded_and_unbiased(raw, to_numpy):
     # each step subtracts 1e-4, far below half a bf16 ulp at 1.0 (2^-8): round-to-nearest never moves
     nearest = _bf16_sgd(0, False)
     assert bool((nearest == 1).all())
@@ -260,7 +334,7 @@ def test_stochastic_bf16_is_reproducible_seeded_and_unbiased():
     assert to_numpy(a).mean() == pytest.approx(1 - 200 * 1e-4, abs=2e-3)
 
 
-def test_percentile_scale_is_that_percentile_of_the_block():
+def test_percentile_scale_is_that_percentile_of_the_block(state_arrays):
     rng = np.random.default_rng(9)
     g = rng.standard_cauchy(4097).astype(np.float32)  # heavy tails: the case percentile scaling is for
     p = np.zeros(4097, np.float32)
@@ -280,7 +354,7 @@ def test_percentile_scale_is_that_percentile_of_the_block():
 
 
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
-def test_quantized_state_lives_in_the_params_framework(framework):
+def test_quantized_state_lives_in_the_params_framework(framework, make):
     if framework == "torch":
         pytest.importorskip("torch")
     p = make(np.zeros(4096, np.float32), framework)
@@ -291,7 +365,7 @@ def test_quantized_state_lives_in_the_params_framework(framework):
 
 
 @pytest.mark.parametrize("name", ["LAMB", "Adam"])
-def test_results_do_not_depend_on_the_thread_count(name):
+def test_results_do_not_depend_on_the_thread_count(name, state_arrays):
     # LAMB's per-tensor norms are summed in a fixed order; stochastic rounding is keyed by element index
     def run(threads):
         old = octopt.get_num_threads()

@@ -13,10 +13,11 @@ import math
 import numpy as np
 import octopt
 import pytest
-from optim_helpers import SHAPES, grad_sequence, make, to_numpy
-from optim_helpers import _single_threaded_libraries  # noqa: F401 - an autouse fixture
 
 
+# One tensor past a block boundary (4097 = 16 blocks of 256 + 1) and a 2-D one whose size (2145) is no
+# multiple of any block size.
+SHAPES = ((4097,), (33, 65))
 STEPS = 120
 # Tolerance, as a fraction of the total displacement. Against float64 the irreducible float32 error is
 # the rounding of the parameter itself, up to half an ulp of |p| per step: the initial values are
@@ -161,7 +162,7 @@ def _ids(case):
     return name + "-" + "-".join(f"{k}={v}" for k, v in kw.items())
 
 
-def _run(name, kw, framework, seed=7, shapes=SHAPES, scales=(0.1, 0.1)):
+def _run(make, grad_sequence, name, kw, framework, seed=7, shapes=SHAPES, scales=(0.1, 0.1)):
     rng = np.random.default_rng(seed)
     p0 = [rng.standard_normal(s).astype(np.float32) * np.float32(c) for s, c in zip(shapes, scales)]
     grads = grad_sequence(rng, shapes, STEPS)
@@ -181,11 +182,11 @@ def _run(name, kw, framework, seed=7, shapes=SHAPES, scales=(0.1, 0.1)):
 
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
-def test_matches_float64_reference(case, framework):
+def test_matches_float64_reference(case, framework, to_numpy, make, grad_sequence):
     if framework == "torch":
         pytest.importorskip("torch")
     name, kw = case
-    p0, params, ref_p, excluded, opt, ref = _run(name, kw, framework)
+    p0, params, ref_p, excluded, opt, ref = _run(make, grad_sequence, name, kw, framework)
     for i, (p, r, z, ex) in enumerate(zip(params, ref_p, p0, excluded)):
         displacement = np.abs(r - z).max()
         assert displacement > 0.2 * np.abs(z).max(), (
@@ -199,7 +200,7 @@ def test_matches_float64_reference(case, framework):
 
 
 @pytest.mark.parametrize("name", ["LAMB", "LARS"])
-def test_trust_ratio_is_per_tensor(name):
+def test_trust_ratio_is_per_tensor(name, make, grad_sequence):
     # three tensors of very different scales: one trust ratio each, from that tensor's norms alone
     shapes = ((4097,), (33, 65), (300,))
     scales = (1.0, 20.0, 0.05)
@@ -208,7 +209,8 @@ def test_trust_ratio_is_per_tensor(name):
         if name == "LAMB"
         else {"lr": 1.0, "momentum": 0.9, "weight_decay": 0.01}
     )
-    p0, params, ref_p, _, opt, ref = _run(name, kw, "numpy", seed=3, shapes=shapes, scales=scales)
+    p0, params, ref_p, _, opt, ref = _run(make, grad_sequence, name, kw, "numpy", seed=3, shapes=shapes,
+                                          scales=scales)
     trust = opt.trust_ratios()
     assert len(trust) == 3
     np.testing.assert_allclose(trust, ref.trust, rtol=1e-5)
@@ -233,8 +235,8 @@ def test_trust_ratio_is_one_for_zero_weights(name):
     np.testing.assert_allclose(p, expected, rtol=1e-5)
 
 
-def test_ademamix_warmups_change_the_trajectory():
+def test_ademamix_warmups_change_the_trajectory(make, grad_sequence):
     # the schedulers are not no-ops: with warm-ups the early steps take a smaller alpha
-    base = _run("AdEMAMix", {"lr": 1e-2}, "numpy")[1]
-    warm = _run("AdEMAMix", {"lr": 1e-2, "t_alpha": 60, "t_beta3": 60}, "numpy")[1]
+    base = _run(make, grad_sequence, "AdEMAMix", {"lr": 1e-2}, "numpy")[1]
+    warm = _run(make, grad_sequence, "AdEMAMix", {"lr": 1e-2, "t_alpha": 60, "t_beta3": 60}, "numpy")[1]
     assert np.abs(base[0] - warm[0]).max() > 1e-2

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import octopt
 import pytest
-from optim_helpers import SHAPES, grad_sequence, make, to_numpy
-from optim_helpers import _single_threaded_libraries  # noqa: F401 - an autouse fixture
 
 torch = pytest.importorskip("torch")
 
 
+# One tensor past a block boundary (4097 = 16 blocks of 256 + 1) and a 2-D one whose size (2145) is no
+# multiple of any block size.
+SHAPES = ((4097,), (33, 65))
 STEPS = 200
 TOL = 1e-5  # of the total displacement max |p_200 - p_0|
 
@@ -45,7 +46,7 @@ def _ids(case):
 
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
-def test_matches_torch_optim(case, framework):
+def test_matches_torch_optim(case, framework, grad_sequence, make, to_numpy):
     name, kw = case
     rng = np.random.default_rng(1234)
     p0 = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]

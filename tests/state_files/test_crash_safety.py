@@ -78,6 +78,7 @@ def _child_env() -> dict:
     return env
 
 
+@pytest.mark.slow  # 20 kills of a writer of 8.5 MB files: left out of the everyday run (pytest -m slow)
 def test_killed_writer_never_leaves_a_torn_file(tmp_path):
     path = tmp_path / "ckpt.octopt"
     temp_name = re.compile(re.escape(path.name) + r"\.tmp-(\d+)-[0-9a-f]{16}$")

@@ -19,12 +19,6 @@ from octopt import state_file as sf
 from octopt.cli import main as cli_main
 from octopt.state_file import StateFileError
 
-from state_file_helpers import (
-    build,
-    files_in,
-    two_tensors,
-    write,
-)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -43,7 +37,7 @@ def test_os_errors(tmp_path):
         sf.load("/dev/null")
 
 
-def test_atomic_replace_leaves_no_temporaries(tmp_path):
+def test_atomic_replace_leaves_no_temporaries(tmp_path, files_in):
     path = tmp_path / "s.safetensors"
     sf.save(path, {"a": np.zeros(3, np.float32)}, {"v": "1"})
     sf.save(path, {"a": np.ones(3, np.float32)}, {"v": "2"})
@@ -52,7 +46,7 @@ def test_atomic_replace_leaves_no_temporaries(tmp_path):
     assert files_in(tmp_path) == ["s.safetensors"]
 
 
-def test_failed_writes_keep_the_old_file(tmp_path):
+def test_failed_writes_keep_the_old_file(tmp_path, files_in):
     path = tmp_path / "s.safetensors"
     sf.save(path, {"a": np.arange(3, dtype=np.float32)}, {"v": "old"})
     before = path.read_bytes()
@@ -115,7 +109,7 @@ def test_save_argument_errors(tmp_path):
 # inspect and the command line
 
 
-def test_inspect_report(tmp_path):
+def test_inspect_report(tmp_path, two_tensors, write, build):
     path = tmp_path / "s.safetensors"
     sf.save(path, {"m": np.arange(4, dtype=np.float32), "c": np.arange(3, dtype=np.uint8)},
             {"octopt.step": "5"})
@@ -139,7 +133,7 @@ def test_inspect_report(tmp_path):
     assert not r["valid"] and "too short" in r["error"] and r["tensors"] == [] and r["header_size"] is None
 
 
-def test_cli_inspect(tmp_path, capsys):
+def test_cli_inspect(tmp_path, capsys, write):
     good = tmp_path / "good.safetensors"
     sf.save(good, {"m": np.arange(4, dtype=np.float32), "q": np.arange(3, dtype=np.uint8)},
             {"octopt.step": "5"})
@@ -168,7 +162,7 @@ def test_cli_inspect(tmp_path, capsys):
     assert "No such file or directory" in capsys.readouterr().err
 
 
-def test_cli_inspect_exit_status_in_a_process(tmp_path):
+def test_cli_inspect_exit_status_in_a_process(tmp_path, two_tensors, write, build):
     entries, data = two_tensors()
     bad = bytearray(build(entries, data))
     bad[-1] ^= 1

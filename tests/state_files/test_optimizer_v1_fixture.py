@@ -1,15 +1,9 @@
 """An optimizer state file written by octopt 0.1.0 must stay loadable, with the same contents."""
 
-import os
-import sys
-
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "data"))
-import make_adam8_v1  # noqa: E402
 
-
-def test_fixture_loads_and_equals_the_run_that_wrote_it():
+def test_fixture_loads_and_equals_the_run_that_wrote_it(make_adam8_v1):
     ref, ref_params = make_adam8_v1.run()
     opt, params = make_adam8_v1.build()
     opt.load(make_adam8_v1.FIXTURE)
@@ -32,7 +26,7 @@ def test_fixture_loads_and_equals_the_run_that_wrote_it():
         assert np.array_equal(p, q)
 
 
-def test_fixture_layout():
+def test_fixture_layout(make_adam8_v1):
     opt, _ = make_adam8_v1.build()
     layout = opt.state_layout()
     assert layout[0]["slots"]["exp_avg"] == {"bits": 8, "block_size": 256, "map": "dynamic_signed_8"}

@@ -9,6 +9,7 @@ import json
 import os
 import random
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,24 +17,21 @@ import pytest
 from octopt import _octopt
 from octopt import state_file as sf
 
-from state_file_helpers import (
-    ALL_NUMPY_DTYPES,
-    DATA,
-    SAFETENSORS_NAME,
-    build,
-    crc32c_reference,
-    files_in,
-    header_checksum,
-    two_tensors,
-    write,
-)
+
+
+DATA = Path(__file__).parent / "data"
+ALL_NUMPY_DTYPES = ["float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint64", "uint32",
+                    "uint16", "uint8", "bool"]
+SAFETENSORS_NAME = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64", "int32": "I32",
+                    "int16": "I16", "int8": "I8", "uint64": "U64", "uint32": "U32", "uint16": "U16",
+                    "uint8": "U8", "bool": "BOOL"}
 
 
 # --------------------------------------------------------------------------------------------------
 # CRC-32C
 
 
-def test_crc32c_check_value_and_paths_agree():
+def test_crc32c_check_value_and_paths_agree(crc32c_reference):
     assert _octopt.crc32c(b"123456789") == 0xE3069283
     assert _octopt.crc32c(b"123456789", "portable") == 0xE3069283
     assert _octopt.crc32c(b"") == 0
@@ -57,7 +55,7 @@ def test_crc32c_check_value_and_paths_agree():
 
 
 @pytest.mark.parametrize("shape", [(), (0,), (3, 0, 2), (5,), (2, 3, 4)])
-def test_round_trip_all_dtypes(tmp_path, shape):
+def test_round_trip_all_dtypes(tmp_path, shape, files_in):
     rng = np.random.default_rng(0)
     tensors = {}
     for name in ALL_NUMPY_DTYPES:
@@ -102,7 +100,7 @@ def test_replaced_file_keeps_its_permissions(tmp_path):
     assert (path.stat().st_mode & 0o777) == 0o600
 
 
-def test_layout_is_safetensors(tmp_path):
+def test_layout_is_safetensors(tmp_path, crc32c_reference, header_checksum):
     path = tmp_path / "s.safetensors"
     sf.save(path, {"x": np.ones(3, np.float32), "y": np.arange(2, dtype=np.int16)}, {"k": "v"})
     raw = path.read_bytes()
@@ -237,7 +235,7 @@ def test_writer_output_is_deterministic(tmp_path):
     assert out.read_bytes() == (DATA / "state_file_v1.safetensors").read_bytes()
 
 
-def test_hand_built_file_matches_spec(tmp_path):
+def test_hand_built_file_matches_spec(tmp_path, two_tensors, write, build):
     entries, data = two_tensors()
     path = write(tmp_path, build(entries, data, {"user": "x"}))
     got, meta = sf.load(path)

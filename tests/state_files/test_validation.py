@@ -18,14 +18,6 @@ from octopt import _octopt
 from octopt import state_file as sf
 from octopt.state_file import StateFileError
 
-from state_file_helpers import (
-    Flipper,
-    build,
-    load_error,
-    sample,
-    two_tensors,
-    write,
-)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -37,7 +29,7 @@ def test_state_file_error_is_a_value_error():
     assert octopt.StateFileError is StateFileError
 
 
-def test_every_truncation(tmp_path):
+def test_every_truncation(tmp_path, load_error):
     path = tmp_path / "s.safetensors"
     sf.save(path, {"a": np.arange(5, dtype=np.float32), "b": np.arange(3, dtype=np.uint8)}, {"k": "v"})
     raw = path.read_bytes()
@@ -57,26 +49,26 @@ def test_every_truncation(tmp_path):
         assert not sf.inspect(cut)["valid"]
 
 
-def test_bit_flips_in_header_are_all_detected(tmp_path):
+def test_bit_flips_in_header_are_all_detected(tmp_path, flipper):
     path = tmp_path / "s.safetensors"
     sf.save(path, {"m": np.arange(4, dtype=np.float32), "e": np.zeros(0, np.float32),
                    "s": np.array(3, np.int64)}, {"octopt.step": "10", "lr": "0.001"})
     (n,) = struct.unpack("<Q", path.read_bytes()[:8])
-    with Flipper(path) as f:
+    with flipper(path) as f:
         for pos in range(8 + n):  # every bit of the length and the header
             for bit in range(8):
                 with f.flipped(pos, bit), pytest.raises(StateFileError):
                     _octopt.load_state_file(f.path)
 
 
-def test_bit_flips_in_data_are_detected(tmp_path):
+def test_bit_flips_in_data_are_detected(tmp_path, flipper, sample, load_error):
     path = tmp_path / "s.safetensors"
     sf.save(path, {"m": sample(100), "v": sample(50)})
     size = path.stat().st_size
     (n,) = struct.unpack("<Q", path.read_bytes()[:8])
     rng = random.Random(0)
     mismatch = "tensor '{}': checksum mismatch \\(stored [0-9a-f]{{8}}, computed [0-9a-f]{{8}}\\)"
-    with Flipper(path) as f:
+    with flipper(path) as f:
         for _ in range(200):
             pos = rng.randrange(8 + n, size)
             name = "m" if pos - 8 - n < 400 else "v"
@@ -87,7 +79,7 @@ def test_bit_flips_in_data_are_detected(tmp_path):
     sf.load(path)  # restored
 
 
-def test_header_checksum_covers_metadata(tmp_path):
+def test_header_checksum_covers_metadata(tmp_path, two_tensors, build, load_error, write):
     entries, data = two_tensors()
     good = build(entries, data, {"octopt.step": "10"})
     forged = good.replace(b'"octopt.step":"10"', b'"octopt.step":"19"')
@@ -97,50 +89,53 @@ def test_header_checksum_covers_metadata(tmp_path):
 
 
 CORRUPTIONS = {
-    # name: (function of (entries, data) -> file bytes, expected message part)
-    "format version": (lambda e, d: build(e, d, version="2"),
+    # name: (function of (build, entries, data) -> file bytes, expected message part)
+    "format version": (lambda build, e, d: build(e, d, version="2"),
                        "unsupported format version '2' (this build reads 1)"),
-    "no version": (lambda e, d: build(e, d, version=None), "metadata key 'octopt.format_version' is missing"),
-    "no format": (lambda e, d: build(e, d, fmt=None),
+    "no version": (lambda build, e, d: build(e, d, version=None),
+                   "metadata key 'octopt.format_version' is missing"),
+    "no format": (lambda build, e, d: build(e, d, fmt=None),
                   "metadata key 'octopt.format' is missing: not an octopt state"),
-    "other format": (lambda e, d: build(e, d, fmt="other"),
+    "other format": (lambda build, e, d: build(e, d, fmt="other"),
                      "metadata key 'octopt.format' is 'other', expected 'octopt-state'"),
-    "no metadata": (lambda e, d: build(e, d, header_text=json.dumps(e)), "the header has no '__metadata__'"),
-    "no crc table": (lambda e, d: build(e, d, crcs=False),
+    "no metadata": (lambda build, e, d: build(e, d, header_text=json.dumps(e)),
+                    "the header has no '__metadata__'"),
+    "no crc table": (lambda build, e, d: build(e, d, crcs=False),
                      "metadata key 'octopt.crc32c' is missing (no checksums)"),
-    "no crc for a tensor": (lambda e, d: build(e, d, crcs={"__header__": "00000000", "a": "00000000"}),
+    "no crc for a tensor": (lambda build, e, d: build(e, d, crcs={"__header__": "00000000", "a": "00000000"}),
                             "has no checksum for tensor 'b'"),
-    "no header crc": (lambda e, d: build(e, d, crcs={"a": "00000000", "b": "00000000"}),
+    "no header crc": (lambda build, e, d: build(e, d, crcs={"a": "00000000", "b": "00000000"}),
                       "has no header checksum ('__header__')"),
-    "crc for unknown tensor": (lambda e, d: build(e, d, crcs={"zz": "00000000"}),
+    "crc for unknown tensor": (lambda build, e, d: build(e, d, crcs={"zz": "00000000"}),
                                "has a checksum for 'zz', which is not a tensor in this file"),
-    "malformed crc": (lambda e, d: build(e, d, crcs={"a": "ABCDEF01"}),
+    "malformed crc": (lambda build, e, d: build(e, d, crcs={"a": "ABCDEF01"}),
                       "entry 'a' must be 8 lowercase hex digits, got \"ABCDEF01\""),
-    "crc table not json": (lambda e, d: build(e, d, {"octopt.crc32c": "{"}, crcs=False),
+    "crc table not json": (lambda build, e, d: build(e, d, {"octopt.crc32c": "{"}, crcs=False),
                            "metadata key 'octopt.crc32c' is not valid JSON (at byte 1 of its value): "
                            "expected a string key, found end of input"),
-    "bad json": (lambda e, d: struct.pack("<Q", 8) + b'{"a":1,]' + d,
+    "bad json": (lambda build, e, d: struct.pack("<Q", 8) + b'{"a":1,]' + d,
                  "header is not valid JSON (at byte 7 of the header): "
                  "expected a string key, found character ']'"),
-    "trailing garbage": (lambda e, d: build(e, d, header_text=json.dumps({"__metadata__": {}}) + "x"),
+    "trailing garbage": (lambda build, e, d: build(e, d, header_text=json.dumps({"__metadata__": {}}) + "x"),
                          "unexpected character 'x' after the JSON value"),
-    "not an object": (lambda e, d: build(e, d, header_text="[1, 2]"),
+    "not an object": (lambda build, e, d: build(e, d, header_text="[1, 2]"),
                       "header must be a JSON object, got an array"),
-    "duplicate tensor": (lambda e, d: build(e, d, header_text=json.dumps({"__metadata__": {}})[:-1] +
+    "duplicate tensor": (lambda build, e, d: build(e, d, header_text=json.dumps({"__metadata__": {}})[:-1] +
                                            ',"a":{},"b":{},"a":{}}'),
                          "duplicate key \"a\" in an object"),
-    "duplicate metadata key": (lambda e, d: build(e, d, header_text='{"__metadata__":{"k":"1","k":"2"}}'),
+    "duplicate metadata key": (lambda build, e, d: build(e, d,
+                                                         header_text='{"__metadata__":{"k":"1","k":"2"}}'),
                                "(at byte 25 of the header): duplicate key \"k\" in an object"),
-    "deep nesting": (lambda e, d: build(
+    "deep nesting": (lambda build, e, d: build(
                          e, d, header_text='{"__metadata__":{"k":' + "[" * 10 + "]" * 10 + "}}"),
                      "nesting deeper than 8 levels"),
-    "invalid utf-8": (lambda e, d: struct.pack("<Q", 8) + b'{"\xff":1}' + d,
+    "invalid utf-8": (lambda build, e, d: struct.pack("<Q", 8) + b'{"\xff":1}' + d,
                       "(at byte 2 of the header): invalid UTF-8 in a string"),
-    "lone surrogate": (lambda e, d: build(e, d, header_text='{"__metadata__":{"k":"\\udc00"}}'),
+    "lone surrogate": (lambda build, e, d: build(e, d, header_text='{"__metadata__":{"k":"\\udc00"}}'),
                        "lone low surrogate"),
-    "leading zero": (lambda e, d: build(e, d, header_text='{"a":{"dtype":"U8","shape":[01]}}'),
+    "leading zero": (lambda build, e, d: build(e, d, header_text='{"a":{"dtype":"U8","shape":[01]}}'),
                      "leading zeros are not allowed"),
-    "metadata not string": (lambda e, d: build(e, d, header_text='{"__metadata__":{"step":10}}'),
+    "metadata not string": (lambda build, e, d: build(e, d, header_text='{"__metadata__":{"step":10}}'),
                             "metadata key 'step': value must be a string, got 10"),
 }
 
@@ -205,7 +200,7 @@ JSON_CASES = [
 
 
 @pytest.mark.parametrize("text, expected", JSON_CASES, ids=[str(k) for k in range(len(JSON_CASES))])
-def test_json_parser(tmp_path, text, expected):
+def test_json_parser(tmp_path, text, expected, write, build, load_error):
     path = write(tmp_path, build({}, b"", header_text=text))
     if isinstance(expected, dict):
         report = sf.inspect(path)  # reports the metadata of a file that is not an octopt state file
@@ -215,10 +210,10 @@ def test_json_parser(tmp_path, text, expected):
 
 
 @pytest.mark.parametrize("case", sorted(CORRUPTIONS))
-def test_corrupt_header(tmp_path, case):
+def test_corrupt_header(tmp_path, case, two_tensors, write, load_error, build):
     make, expected = CORRUPTIONS[case]
     entries, data = two_tensors()
-    path = write(tmp_path, make(entries, data))
+    path = write(tmp_path, make(build, entries, data))
     msg = load_error(path)
     assert msg.startswith(f"read_state_file: '{path}': ")
     assert expected in msg
@@ -227,7 +222,7 @@ def test_corrupt_header(tmp_path, case):
 
 
 @pytest.mark.parametrize("case", sorted(ENTRY_CORRUPTIONS))
-def test_corrupt_tensor_entry(tmp_path, case):
+def test_corrupt_tensor_entry(tmp_path, case, two_tensors, load_error, write, build):
     entry, expected = ENTRY_CORRUPTIONS[case]
     entries, data = two_tensors()
     entries["a"] = entry
@@ -235,7 +230,7 @@ def test_corrupt_tensor_entry(tmp_path, case):
     assert expected in msg
 
 
-def test_layout_errors(tmp_path):
+def test_layout_errors(tmp_path, two_tensors, load_error, write, build):
     entries, data = two_tensors()
     entries["b"]["data_offsets"] = [20, 24]  # overlaps a
     entries["b"]["shape"] = [4]
@@ -248,7 +243,7 @@ def test_layout_errors(tmp_path):
         write(tmp_path, build({"__x": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0]}}, b"")))
 
 
-def test_huge_lengths_fail_before_allocating(tmp_path):
+def test_huge_lengths_fail_before_allocating(tmp_path, two_tensors, build, load_error, write):
     entries, data = two_tensors()
     good = build(entries, data)
     assert "header length 9223372036854775808 exceeds the limit of 100000000 bytes" in load_error(
@@ -261,7 +256,7 @@ def test_huge_lengths_fail_before_allocating(tmp_path):
     assert "tensors need 1099511627776 bytes of data but the file holds 0 after the header" in msg
 
 
-def test_data_checksum_mismatch_names_tensor(tmp_path):
+def test_data_checksum_mismatch_names_tensor(tmp_path, two_tensors, write, build, load_error):
     entries, data = two_tensors()
     raw = bytearray(build(entries, data))
     raw[-1] ^= 0x80  # last byte of tensor 'b'
@@ -270,7 +265,7 @@ def test_data_checksum_mismatch_names_tensor(tmp_path):
                      "data corrupt", load_error(path))
 
 
-def test_plain_safetensors_file_is_not_a_state_file(tmp_path):
+def test_plain_safetensors_file_is_not_a_state_file(tmp_path, load_error):
     safetensors_numpy = pytest.importorskip("safetensors.numpy")
     path = tmp_path / "plain.safetensors"
     safetensors_numpy.save_file({"w": np.ones((2, 2), np.float32)}, str(path), metadata={"a": "b"})

@@ -1,6 +1,6 @@
-"""Writes maps.json: bitsandbytes' quantization maps, the golden values of tests/test_maps.py.
+"""Writes maps.json: bitsandbytes' quantization maps, the golden values of tests/core/test_maps.py.
 
-Run from anywhere with bitsandbytes (and torch) installed:  python tests/golden/make_maps.py
+Run from anywhere with bitsandbytes (and torch) installed:  python tests/core/golden/make_maps.py
 Each map is stored as the hex of its float32 values' uint32 bit patterns, so the comparison is
 bit for bit and the file reads the same on every platform.
 """
@@ -42,7 +42,7 @@ def main() -> None:
     }
     assert distinct(bnbf.create_dynamic_map(True, 3, 4)).numel() == 16
     header = {
-        "generator": "tests/golden/make_maps.py",
+        "generator": "tests/core/golden/make_maps.py",
         "bitsandbytes": bitsandbytes.__version__,
         "torch": torch.__version__,
         "format": "float32 values as 8 hex digits of their uint32 bit pattern",

@@ -1,9 +1,9 @@
 """Generator of ``adam8_v1.safetensors``: an octopt 0.1.0 optimizer state file kept as a fixture.
 
 Never regenerate it with a newer version: it proves that later versions still load what 0.1.0 wrote.
-The run is deterministic; tests/test_optim_fixture.py repeats it and compares.
+The run is deterministic; tests/state_files/test_optimizer_v1_fixture.py repeats it and compares.
 
-    PYTHONPATH=<octopt install> python tests/data/make_adam8_v1.py
+    PYTHONPATH=<octopt install> python tests/state_files/data/make_adam8_v1.py
 """
 
 from __future__ import annotations

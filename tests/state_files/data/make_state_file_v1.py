@@ -4,9 +4,9 @@ Later versions of octopt must keep reading this file (docs/format.md, "Versionin
 the fixture with a newer writer: it exists to prove that files written by version 1 stay readable.
 It was written by octopt 0.1.0:
 
-    PYTHONPATH=<octopt install> python tests/data/make_state_file_v1.py
+    PYTHONPATH=<octopt install> python tests/state_files/data/make_state_file_v1.py
 
-The expected contents below are what tests/test_state_file_roundtrip.py compares the fixture with.
+The expected contents below are what tests/state_files/test_roundtrip.py compares the fixture with.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ Each input is written to a file on a tmpfs and read with ``octopt.state_file.loa
   * ``inspect`` disagreeing with ``load`` (its "valid" is documented to be true exactly when load succeeds);
   * a loaded tensor whose size is not what the header and the report say.
 
-Two drivers (tests/fuzz/README.md):
-  python tests/fuzz/fuzz_state_file.py tests/fuzz/corpus -runs=100000   # atheris (libFuzzer)
-  python tests/fuzz/fuzz_state_file.py --builtin 100000 [--seed S]       # the deterministic mutator here
+Two drivers (tests/state_files/fuzz/README.md):
+  python tests/state_files/fuzz/fuzz_state_file.py tests/state_files/fuzz/corpus -runs=100000  # atheris
+  python tests/state_files/fuzz/fuzz_state_file.py --builtin 100000 [--seed S]  # the mutator here
 Both mutate the seed corpus with byte-level mutations and with structure-aware ones that edit the JSON
 header and rewrite the checksums (_stfile.build), so that inputs get past the CRC checks to the later
 validation. octopt's native code is not built with coverage instrumentation: atheris sees only the

@@ -1,6 +1,6 @@
-"""Writes the fuzzer's seed corpus (tests/fuzz/corpus/): small files written by octopt itself.
+"""Writes the fuzzer's seed corpus (tests/state_files/fuzz/corpus/): small files written by octopt itself.
 
-    PYTHONPATH=<octopt build> python tests/fuzz/make_corpus.py
+    PYTHONPATH=<octopt build> python tests/state_files/fuzz/make_corpus.py
 """
 
 from __future__ import annotations

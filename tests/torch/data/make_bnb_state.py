@@ -1,6 +1,6 @@
 """Writes bnb_adam8bit_state.pt: bitsandbytes' own Adam8bit / AdamW8bit state dicts after a few CPU steps,
 with the parameters at that point and bitsandbytes' continuation, so the suite can check octopt.torch's
-import without bitsandbytes installed. Run: python tests/data/make_bnb_state.py (needs bitsandbytes)."""
+import without bitsandbytes installed. Run: python tests/torch/data/make_bnb_state.py (needs bitsandbytes)."""
 
 from __future__ import annotations
 
