@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CMAKE = shutil.which("cmake")
 CXX = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
 TIMEOUT_S = 900
 
 pytestmark = [
+    pytest.mark.build,
     pytest.mark.skipif(CMAKE is None, reason="cmake is not on PATH"),
     pytest.mark.skipif(CXX is None, reason="no C++ compiler found (CXX, c++, g++ or clang++)"),
 ]

@@ -7,7 +7,8 @@ preloaded (CPython itself is not instrumented). The script walks the maps, quant
 (8/4 bits, float32/float16, nearest/stochastic, ragged sizes), every optimizer at 32/8/4 bits, a
 save/load of a state file and the load of a corrupt one. Leak detection is off here: CPython does
 not free everything at exit; the native core's leaks are checked by the C++ test program under
-LeakSanitizer (tests/test_cpp.py).
+LeakSanitizer (test_cpp.py). The build needs what the [test] extra installs: scikit-build-core,
+nanobind, CMake and Ninja (it runs pip with --no-build-isolation).
 """
 
 from __future__ import annotations
@@ -21,14 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from test_cpp import _sanitizer_link_error, _tail
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "build" / "python-asan"
 BUILD_TIMEOUT_S = 900
 RUN_TIMEOUT_S = 300
 
 pytestmark = [
+    pytest.mark.build,
     pytest.mark.sanitize,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="preloads the ASan runtime (Linux only)"),
 ]
@@ -128,10 +128,8 @@ def _preload() -> str | None:
     return " ".join(libs)
 
 
-def test_python_core_paths_under_asan():
-    reason = _sanitizer_link_error(["-fsanitize=address,undefined"])
-    if reason is not None:
-        pytest.skip(reason)
+def test_python_core_paths_under_asan(sanitizer_flags, tail):
+    # sanitizer_flags: skipped, with the reason, where the compiler cannot build and run ASan/UBSan code
     preload = _preload()
     if preload is None:
         pytest.skip("gcc does not report the paths of libasan.so/libubsan.so to preload")
@@ -150,7 +148,7 @@ def test_python_core_paths_under_asan():
                           timeout=BUILD_TIMEOUT_S, env=env)
     if proc.returncode != 0 and "No module named pip" in proc.stdout:
         pytest.skip("pip is not available to build the sanitized extension")
-    assert proc.returncode == 0, f"building the sanitized extension failed:\n{_tail(proc.stdout)}"
+    assert proc.returncode == 0, f"building the sanitized extension failed:\n{tail(proc.stdout)}"
 
     (so,) = (site / "octopt").glob("_octopt*.so")
     binary = so.read_bytes()
@@ -168,11 +166,11 @@ def test_python_core_paths_under_asan():
     control = subprocess.run([sys.executable, "-c", CONTROL], cwd=BASE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, timeout=60, env=env)
     assert control.returncode != 0 and "ERROR: AddressSanitizer: heap-use-after-free" in control.stderr, (
-        f"the preloaded ASan runtime did not catch a use-after-free:\n{_tail(control.stderr)}"
+        f"the preloaded ASan runtime did not catch a use-after-free:\n{tail(control.stderr)}"
     )
     run = subprocess.run([sys.executable, "-c", SCRIPT], cwd=BASE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, timeout=RUN_TIMEOUT_S, env=env)
-    report = f"exit {run.returncode}\nstdout:\n{_tail(run.stdout)}\nstderr:\n{_tail(run.stderr)}"
+    report = f"exit {run.returncode}\nstdout:\n{tail(run.stdout)}\nstderr:\n{tail(run.stderr)}"
     assert run.returncode == 0, report
     assert "SANITIZED-RUN-OK" in run.stdout, report
     assert "ERROR: AddressSanitizer" not in run.stderr, report
