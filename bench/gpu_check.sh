@@ -17,12 +17,12 @@ fi
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 python -c "import octopt; print('octopt', octopt.__version__ if hasattr(octopt, '__version__') else '', 'cuda_available', octopt.cuda_available())"
 echo "== GPU tests ($(date +%T), $(( $(date +%s) - T0 )) s)"
-timeout 90 python -m pytest -q -x -p no:cacheprovider tests/test_cuda_optim.py tests/test_cuda_launches.py \
-  tests/test_cuda_blockwise.py 2>&1 | tail -25
+timeout 90 python -m pytest -q -x -p no:cacheprovider tests/cuda/test_optim.py tests/cuda/test_launches.py \
+  tests/cuda/test_blockwise.py 2>&1 | tail -25
 TEST_RC=${PIPESTATUS[0]}
 echo "== octopt.optax CUDA handler tests ($(date +%T), $(( $(date +%s) - T0 )) s)"
 python -c "import octopt; print('xla_ffi_cuda_built', octopt.info()['xla_ffi_cuda_built'])"
-timeout 55 python -m pytest -q -x -p no:cacheprovider -rs tests/test_optax_cuda.py 2>&1 | tail -25
+timeout 55 python -m pytest -q -x -p no:cacheprovider -rs tests/jax/test_cuda.py 2>&1 | tail -25
 OPTAX_RC=${PIPESTATUS[0]}
 TEST_RC=$(( TEST_RC != 0 || OPTAX_RC != 0 ))
 echo "== benchmark ($(date +%T), $(( $(date +%s) - T0 )) s)"

@@ -1,16 +1,25 @@
-"""The one parametrization point of the suite: framework x device x dtype.
+"""The fixtures every folder of the suite shares, and its one parametrization point: framework x device
+x dtype.
 
 A test that takes the ``array_case`` fixture runs once per supported combination; combinations
-this machine cannot run are collected and skipped with the reason. ``cuda_array_case`` is the CUDA
-subset. An ``ArrayCase`` builds arrays from NumPy values (``make``) and reads them back
-(``to_numpy``), so a test states its numbers once in NumPy and checks every framework with them.
+this machine cannot run are collected and skipped with the reason. ``cpu_array_case`` and
+``cuda_array_case`` are the CPU and CUDA subsets. An ``ArrayCase`` builds arrays from NumPy values
+(``make``) and reads them back (``to_numpy``), so a test states its numbers once in NumPy and checks
+every framework with them. ``ragged_size`` and ``block_size`` are the sizes the block-wise tests run
+over. The fixtures of one area live in the conftest.py of its folder (tests/README.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -26,15 +35,6 @@ DTYPES = ("float32", "float16", "bfloat16")
 RAGGED_SIZES = (1, 255, 4097, 2**20)
 BLOCK_SIZES = (32, 64, 256, 4096)
 
-# NumPy arrays of ml_dtypes' bfloat16 cannot cross the binding: NumPy exports them neither by
-# DLPack ("DLPack only supports signed/unsigned integers, float and complex dtypes") nor by the
-# buffer protocol, so nanobind refuses the call with a bare "incompatible function arguments".
-NUMPY_BF16_GAP = (
-    "octopt cannot pass NumPy bfloat16 (ml_dtypes) arrays to its native layer: "
-    "nanobind rejects them with 'incompatible function arguments'"
-)
-
-
 @functools.cache
 def import_optional(name: str) -> Any:
     """The module, or None when it is not installed or fails to import."""
@@ -42,6 +42,18 @@ def import_optional(name: str) -> Any:
         return importlib.import_module(name)
     except Exception:  # noqa: BLE001 - a broken install counts as missing
         return None
+
+
+@functools.cache
+def import_file(path: Path) -> ModuleType:
+    """The Python file at ``path``, imported once under a name of its own (not put on sys.path)."""
+    path = Path(path).resolve()
+    name = "octopt_tests_" + "_".join(path.with_suffix("").parts[-3:]).replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickle look a module up by name
+    spec.loader.exec_module(module)
+    return module
 
 
 @functools.cache
@@ -174,11 +186,7 @@ def _all_cases() -> list[ArrayCase]:
 
 def _param(case: ArrayCase) -> Any:
     reason = _skip_reason(case)
-    marks = []
-    if reason is not None:
-        marks.append(pytest.mark.skip(reason=reason))
-    elif case.framework == "numpy" and case.dtype == "bfloat16":
-        marks.append(pytest.mark.xfail(strict=True, raises=TypeError, reason=NUMPY_BF16_GAP))
+    marks = [] if reason is None else [pytest.mark.skip(reason=reason)]
     return pytest.param(case, id=case.id, marks=marks)
 
 
@@ -202,8 +210,87 @@ def cuda_array_case(request: pytest.FixtureRequest) -> ArrayCase:
     return request.param
 
 
+@pytest.fixture(params=RAGGED_SIZES)
+def ragged_size(request: pytest.FixtureRequest) -> int:
+    """An element count: one element, less than a block, one past a block boundary, a large tensor."""
+    return request.param
+
+
+@pytest.fixture(params=BLOCK_SIZES)
+def block_size(request: pytest.FixtureRequest) -> int:
+    return request.param
+
+
+@pytest.fixture(name="import_optional")
+def import_optional_fixture() -> Any:
+    """``import_optional(name)``: the module, or None when it is missing or broken."""
+    return import_optional
+
+
+@pytest.fixture(scope="session", name="import_file")
+def import_file_fixture() -> Callable[[Path], ModuleType]:
+    """``import_file(path)``: a module kept beside the tests that is no test itself (a reference
+    implementation, the generator of a data file), imported from its path. A folder's conftest.py
+    exposes each such module as a fixture of its own name."""
+    return import_file
+
+
 @pytest.fixture
-def restore_threads():
+def torch_cuda() -> Any:
+    """torch, on a machine where octopt and torch can both use a GPU; else the test is skipped."""
+    if not (octopt.cuda_available() and torch_cuda_usable()):
+        pytest.skip("needs torch with CUDA and a GPU")
+    return import_optional("torch")
+
+
+@pytest.fixture
+def cupy_cuda() -> Any:
+    """CuPy, on a machine where octopt can use a GPU; else the test is skipped."""
+    cupy = import_optional("cupy")
+    if cupy is None or not octopt.cuda_available():
+        pytest.skip("needs CuPy and a GPU")
+    return cupy
+
+
+@contextlib.contextmanager
+def _torch_single_thread() -> Iterator[None]:
+    """torch on one thread: on a small shared machine its thread pool costs more than it gains."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+@contextlib.contextmanager
+def _blas_single_thread() -> Iterator[None]:
+    """NumPy's BLAS on one thread. OpenBLAS workers spin between calls and starve octopt's own pool on a
+    small machine (a 0.1 s training loop took 9 s); limiting BLAS keeps the timings of these tests stable."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield
+        return
+    with threadpool_limits(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def single_threaded_libraries() -> Iterator[None]:
+    """BLAS and torch on one thread for a module, so their spinning worker threads do not starve octopt's
+    pool on a small machine (octopt keeps its own pool). optim/ and torch/ use it for all their tests."""
+    with _torch_single_thread(), _blas_single_thread():
+        yield
+
+
+@pytest.fixture
+def restore_threads() -> Iterator[int]:
     """Gives the test a free hand with octopt.set_num_threads and restores the count afterwards."""
     before = octopt.get_num_threads()
     yield before

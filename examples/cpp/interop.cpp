@@ -1,4 +1,4 @@
-// State files shared between C++ and Python: a fixed AdamW setup that tests/test_cpp_consumer.py
+// State files shared between C++ and Python: a fixed AdamW setup that tests/cpp/test_consumer.py
 // rebuilds in Python with octopt.AdamW, so that both sides can step, save and load each other's files.
 //   interop write <state> [bits]                     3 steps from the initial parameters, then save
 //   interop continue <in> <out-state> <out-params> [bits]

@@ -103,6 +103,15 @@ def kernel_arg(a: Any) -> Any:
     return a
 
 
+def float_kernel_arg(a: Any) -> tuple[Any, bool]:
+    """``(object for the native layer, bf16_bits)`` of a floating-point array: a NumPy bfloat16
+    (ml_dtypes) array goes as a uint16 view of its bits with ``bf16_bits=True``, since NumPy exports
+    that dtype neither through DLPack nor through the buffer protocol; other arrays as ``kernel_arg``."""
+    if isinstance(a, np.ndarray) and a.dtype.name == "bfloat16":
+        return a.view(np.uint16), True
+    return kernel_arg(a), False
+
+
 def empty(like: Any, info: ArrayInfo, shape: tuple, dtype: str) -> Any:
     """An uninitialized array in the framework and on the device of `like`."""
     if info.framework == "numpy":

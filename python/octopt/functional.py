@@ -39,8 +39,9 @@ def quantize_blockwise(x: Any, qmap: Any = None, block_size: int = 256, bits: in
         _arrays.check(codes, fn, "out[0] (codes)", ("uint8",), writeable=True, like=xi, size=n_codes)
         _arrays.check(absmax, fn, "out[1] (absmax)", ("float32",), writeable=True, like=xi, size=n_blocks)
     handle = _arrays.stream_handle(xi, stream, fn)
-    bad = _octopt.quantize_blockwise_into(_arrays.kernel_arg(x), q, block_size, bits, rounding == "stochastic",
-                                          seed, _arrays.kernel_arg(codes), _arrays.kernel_arg(absmax), handle)
+    x_arg, bf16_bits = _arrays.float_kernel_arg(x)
+    bad = _octopt.quantize_blockwise_into(x_arg, q, block_size, bits, rounding == "stochastic", seed,
+                                          _arrays.kernel_arg(codes), _arrays.kernel_arg(absmax), handle, bf16_bits)
     if bad < 0 and n_blocks and not _arrays.all_finite(absmax, xi):  # CUDA: look at absmax
         bad = 1
     if bad > 0:
@@ -81,6 +82,7 @@ def dequantize_blockwise(codes: Any, absmax: Any, qmap: Any = None, block_size: 
             shape = (2 * ci.size,)
         result = _arrays.empty(codes, ci, shape, name)
     handle = _arrays.stream_handle(ci, stream, fn)
+    out_arg, bf16_bits = _arrays.float_kernel_arg(result)
     _octopt.dequantize_blockwise_into(_arrays.kernel_arg(codes), _arrays.kernel_arg(absmax), q, block_size, bits,
-                                      _arrays.kernel_arg(result), handle)
+                                      out_arg, handle, bf16_bits)
     return result

@@ -11,15 +11,24 @@ using HostF32 = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::
 using AnyIn = nb::ndarray<nb::ro>;
 using AnyOut = nb::ndarray<>;
 
+// NumPy has no bfloat16 of its own, and an ml_dtypes bfloat16 array reaches nanobind neither through
+// DLPack (NumPy refuses to export the dtype) nor through the buffer protocol. The Python layer hands
+// such an array over as a uint16 view of its bits and says so with `bf16_bits`.
+octopt::DType float_or_bf16_bits(const ArrayRef& r, bool bf16_bits, const char* fn, const char* arg) {
+  if (!bf16_bits) return float_dtype(r, fn, arg);
+  require_dtype(r, nb::dtype<std::uint16_t>(), "uint16 (the bits of a bfloat16 array)", fn, arg);
+  return octopt::DType::bf16;
+}
+
 // Returns the number of blocks with NaN/Inf input on the CPU; -1 on CUDA, where the caller
 // inspects absmax itself (reading a count back would synchronize the stream).
 std::int64_t quantize_into(AnyIn x, HostF32 qmap, int block_size, int bits, bool stochastic, std::uint64_t seed,
-                           AnyOut codes, AnyOut absmax, std::uintptr_t stream) {
+                           AnyOut codes, AnyOut absmax, std::uintptr_t stream, bool bf16_bits) {
   constexpr const char* fn = "quantize_blockwise";
   const ArrayRef xr = array_ref(x, fn, "x");
   const ArrayRef cr = array_ref(codes, fn, "codes");
   const ArrayRef ar = array_ref(absmax, fn, "absmax");
-  const octopt::DType dt = float_dtype(xr, fn, "x");
+  const octopt::DType dt = float_or_bf16_bits(xr, bf16_bits, fn, "x");
   require_dtype(cr, nb::dtype<std::uint8_t>(), "uint8", fn, "codes");
   require_dtype(ar, nb::dtype<float>(), "float32", fn, "absmax");
   require_same_device(xr, cr, fn, "codes");
@@ -47,14 +56,14 @@ std::int64_t quantize_into(AnyIn x, HostF32 qmap, int block_size, int bits, bool
 }
 
 void dequantize_into(AnyIn codes, AnyIn absmax, HostF32 qmap, int block_size, int bits, AnyOut out,
-                     std::uintptr_t stream) {
+                     std::uintptr_t stream, bool bf16_bits) {
   constexpr const char* fn = "dequantize_blockwise";
   const ArrayRef cr = array_ref(codes, fn, "codes");
   const ArrayRef ar = array_ref(absmax, fn, "absmax");
   const ArrayRef orf = array_ref(out, fn, "out");
   require_dtype(cr, nb::dtype<std::uint8_t>(), "uint8", fn, "codes");
   require_dtype(ar, nb::dtype<float>(), "float32", fn, "absmax");
-  const octopt::DType dt = float_dtype(orf, fn, "out");
+  const octopt::DType dt = float_or_bf16_bits(orf, bf16_bits, fn, "out");
   require_same_device(cr, ar, fn, "absmax");
   require_same_device(cr, orf, fn, "out");
   octopt::validate_block_size(block_size, fn);
@@ -84,8 +93,8 @@ void dequantize_into(AnyIn codes, AnyIn absmax, HostF32 qmap, int block_size, in
 void export_blockwise(nb::module_& m) {
   m.def("quantize_blockwise_into", &quantize_into, nb::arg("x").noconvert(), nb::arg("qmap").noconvert(),
         nb::arg("block_size"), nb::arg("bits"), nb::arg("stochastic"), nb::arg("seed"),
-        nb::arg("codes").noconvert(), nb::arg("absmax").noconvert(), nb::arg("stream"));
+        nb::arg("codes").noconvert(), nb::arg("absmax").noconvert(), nb::arg("stream"), nb::arg("bf16_bits") = false);
   m.def("dequantize_blockwise_into", &dequantize_into, nb::arg("codes").noconvert(), nb::arg("absmax").noconvert(),
         nb::arg("qmap").noconvert(), nb::arg("block_size"), nb::arg("bits"), nb::arg("out").noconvert(),
-        nb::arg("stream"));
+        nb::arg("stream"), nb::arg("bf16_bits") = false);
 }

@@ -1,0 +1,137 @@
+"""Every runnable example of the docs runs as written: each ```python block of docs/*.md and README.md
+is one test, executed in a fresh namespace from a temporary working folder.
+
+A block that needs a framework this machine lacks is skipped with the reason (its imports say what it
+needs; octopt.optax also needs the XLA FFI handler). A block that is not a whole program (a signature
+sketch, a fragment) is marked in the doc by the line ``<!-- doc-test: skip REASON -->`` right above it.
+Where an example prints what it claims, ``EXPECTED`` checks the printout.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+SKIP_MARK = re.compile(r"<!--\s*doc-test:\s*skip\b\s*(.*?)\s*-->\s*$")
+
+
+@dataclass(frozen=True)
+class Block:
+    doc: str  # path relative to the repository root
+    index: int  # 1-based, among the doc's python blocks
+    line: int  # 1-based line of the block's first code line in the doc
+    code: str
+    skip: str | None  # the reason given by a doc-test: skip mark
+
+    @property
+    def id(self) -> str:
+        return f"{self.doc}#{self.index}"
+
+
+def find_blocks() -> list[Block]:
+    blocks = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = doc.read_text(encoding="utf-8")
+        for k, m in enumerate(FENCE.finditer(text), start=1):
+            before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            mark = SKIP_MARK.search(before)
+            line = text.count("\n", 0, m.start(1)) + 1
+            reason = (mark.group(1) or "marked in the doc") if mark else None
+            blocks.append(Block(str(doc.relative_to(ROOT)), k, line, m.group(1), reason))
+    return blocks
+
+
+def missing_requirement(code: str) -> str | None:
+    """Why this machine cannot run the code (a module it imports does not import), or None."""
+    names = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - a broken install counts as missing
+            return f"needs {name}, which does not import here ({type(e).__name__}: {e})"
+        if name in ("octopt.optax", "octopt.jax", "octopt.jax.optax"):
+            import octopt
+
+            if not octopt._octopt.xla_ffi_built():
+                return f"needs {name}, and octopt was built without the XLA FFI handler"
+    return None
+
+
+# ---- what the examples say they print -------------------------------------------------------------
+
+
+def _readme(out: str) -> None:
+    assert "bytes of state per parameter" in out
+
+
+def _numpy_md(out: str) -> None:
+    assert "codes uint8 (4097,) absmax (17,)" in out
+    loss = float(re.search(r"loss ([0-9.e-]+)", out).group(1))
+    assert loss < 1e-2
+    per_param = float(re.search(r"state bytes per parameter ([0-9.]+)", out).group(1))
+    assert per_param == 2 + 8 / 256
+    assert "'bits': 8, 'block_size': 256" in out
+
+
+def _torch_md(out: str) -> None:
+    assert "'bits': 32" in out and "'bits': 8, 'block_size': 256" in out
+    loss = float(re.search(r"loss ([0-9.]+)", out).group(1))
+    assert loss < 0.01
+
+
+def _jax_md(out: str) -> None:
+    loss = float(re.search(r"loss ([0-9.]+)", out).group(1))
+    assert loss < 1.0
+    assert "exp_avg of w: uint8 (64, 80) absmax (20,)" in out
+    assert "in place: True" in out
+
+
+EXPECTED: dict[str, Callable[[str], None]] = {
+    "README.md#1": _readme,
+    "docs/numpy.md#1": _numpy_md,
+    "docs/torch.md#1": _torch_md,
+    "docs/jax.md#1": _jax_md,
+}
+
+BLOCKS = find_blocks()
+
+
+def test_a_block_whose_framework_is_missing_is_skipped_with_the_reason():
+    reason = missing_requirement("import numpy as np\nfrom octopt_no_such_framework import x\n")
+    assert reason.startswith("needs octopt_no_such_framework, which does not import here")
+    assert "ModuleNotFoundError" in reason
+    assert missing_requirement("import numpy as np\nimport octopt\n") is None
+
+
+def test_every_expectation_names_a_block():
+    assert set(EXPECTED) <= {b.id for b in BLOCKS}, "EXPECTED names a block that no doc has (any more)"
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
+def test_doc_example_runs(block: Block, capsys, monkeypatch, tmp_path):
+    if block.skip is not None:
+        pytest.skip(f"{block.id} is no whole program: {block.skip}")
+    reason = missing_requirement(block.code)
+    if reason is not None:
+        pytest.skip(f"{block.id} {reason}")
+    monkeypatch.chdir(tmp_path)
+    # blank lines before the code: a traceback names the doc and the line in it
+    code = compile("\n" * (block.line - 1) + block.code, str(ROOT / block.doc), "exec")
+    exec(code, {"__name__": "doc_example"})  # noqa: S102 - our own docs
+    out = capsys.readouterr().out
+    check = EXPECTED.get(block.id)
+    if check is not None:
+        check(out)
