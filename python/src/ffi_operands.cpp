@@ -131,7 +131,7 @@ ffi::Error bad(const std::string& what) { return ffi::Error::InvalidArgument(std
 
 ffi::Error check_attrs(const Attrs& a, std::size_t n_hp_dynamic) {
   const std::size_t n_tensors = a.block_sizes.size();
-  if (a.kind < 0 || a.kind > int(octopt::OptimKind::lars)) return bad("internal: unknown optimizer kind");
+  if (a.kind < 0 || a.kind >= octopt::kNumOptimKinds) return bad("internal: unknown optimizer kind");
   if (a.mode != kUpdates && a.mode != kParams) return bad("internal: unknown mode");
   if (n_hp_dynamic != kNumHyperParams || a.hp_static.size() != kNumHyperParams)
     return bad("internal: expected " + std::to_string(kNumHyperParams) + " hyper-parameters");

@@ -28,6 +28,9 @@ KINDS = {
     "ademamix": (octopt.AdEMAMix, dict(t_alpha=3.0), dict(t_alpha=3.0)),
     "lamb": (octopt.LAMB, {}, {}),
     "lars": (octopt.LARS, {}, {}),
+    "radam": (octopt.RAdam, dict(decoupled_weight_decay=True, weight_decay=0.01),
+              dict(decoupled_weight_decay=True, weight_decay=0.01)),
+    "nadam": (octopt.NAdam, dict(momentum_decay=0.01), dict(momentum_decay=0.01)),
 }
 
 
