@@ -44,32 +44,33 @@ std::int64_t run_pass(const StepConfig& cfg, StepTensor* slots, std::size_t n_sl
 }  // namespace
 
 void validate_step(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const char* fn) {
-  const std::string f(fn);
+  const char* f = fn;
   const int nstates = optim_num_states(cfg.kind);
   if (!(cfg.percentile >= 0.0f && cfg.percentile <= 100.0f))
-    throw std::invalid_argument(f + ": percentile must be in [0, 100]");
+    throw std::invalid_argument(std::string(f) + ": percentile must be in [0, 100]");
   for (std::size_t i = 0; i < n_slots; ++i) {
     const StepTensor& s = slots[i];
-    const std::string where = f + ": tensor " + std::to_string(i) + ": ";
-    if (s.n < 0) throw std::invalid_argument(where + "negative element count");
+    // the prefix of a message, built only when one is thrown (this runs for every tensor of every step)
+    const auto where = [&] { return std::string(f) + ": tensor " + std::to_string(i) + ": "; };
+    if (s.n < 0) throw std::invalid_argument(where() + "negative element count");
     validate_block_size(s.block_size, fn);
     if (cfg.kind == OptimKind::nadam && !(s.mu_product >= 0.0f && s.mu_product <= 1.0f))
-      throw std::invalid_argument(where + "mu_product must be in [0, 1], got " + std::to_string(s.mu_product));
+      throw std::invalid_argument(where() + "mu_product must be in [0, 1], got " + std::to_string(s.mu_product));
     if (s.grad && s.grad_dtype != s.param_dtype && s.grad_dtype != DType::f32)
-      throw std::invalid_argument(where + "gradient dtype " + dtype_name(s.grad_dtype) + " must be the parameter's (" +
+      throw std::invalid_argument(where() + "gradient dtype " + dtype_name(s.grad_dtype) + " must be the parameter's (" +
                                   dtype_name(s.param_dtype) + ") or float32");
     for (int k = 0; k < 3; ++k) {
       const StateBuffer& st = s.state[k];
       if (!st.data) continue;
-      if (k >= nstates) throw std::invalid_argument(where + "state slot " + std::to_string(k) + " is not used by " + optim_name(cfg.kind));
+      if (k >= nstates) throw std::invalid_argument(where() + "state slot " + std::to_string(k) + " is not used by " + optim_name(cfg.kind));
       if (st.bits != 32 && st.bits != 8 && st.bits != 4)
-        throw std::invalid_argument(where + "state bits must be 32, 8 or 4, got " + std::to_string(st.bits));
+        throw std::invalid_argument(where() + "state bits must be 32, 8 or 4, got " + std::to_string(st.bits));
       if (st.bits == 32) continue;
-      if (!st.absmax) throw std::invalid_argument(where + "quantized state without absmax");
+      if (!st.absmax) throw std::invalid_argument(where() + "quantized state without absmax");
       if (st.codebook < 0 || st.codebook >= cfg.num_codebooks)
-        throw std::invalid_argument(where + "state codebook index out of range");
+        throw std::invalid_argument(where() + "state codebook index out of range");
       if (cfg.codebooks[st.codebook].size != (1 << st.bits))
-        throw std::invalid_argument(where + "state codebook has " + std::to_string(cfg.codebooks[st.codebook].size) +
+        throw std::invalid_argument(where() + "state codebook has " + std::to_string(cfg.codebooks[st.codebook].size) +
                                     " entries but the state has " + std::to_string(st.bits) + " bits");
     }
   }

@@ -22,6 +22,8 @@ OPTIMIZERS = {
     "AdEMAMix": dict(t_alpha=5, t_beta3=5),
     "LAMB": dict(weight_decay=0.01),
     "LARS": dict(weight_decay=0.01),
+    "RAdam": dict(weight_decay=0.01, decoupled_weight_decay=True),
+    "NAdam": dict(weight_decay=0.01, momentum_decay=0.01),  # mu_product advances on the device
 }
 # Ragged sizes: one small tensor (32-bit state below min_8bit_size), one past a block boundary
 # and one of several tiles.
