@@ -164,20 +164,20 @@ struct DevicePlan::Impl {
   }
 };
 
-DevicePlan::DevicePlan(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const int* groups,
+DevicePlan::DevicePlan(const StepConfig& cfg, const StepTensor* tensors, std::size_t n_tensors, const int* groups,
                        int n_groups, int device, const char* fn)
     : impl_(new Impl()) {
   Impl& I = *impl_;
   const std::string f(fn);
-  const detail::StepLayout L = detail::layout_step(cfg, slots, n_slots, groups, n_groups, fn);
+  const detail::StepLayout L = detail::layout_step(cfg, tensors, n_tensors, groups, n_groups, fn);
   I.device = device;
   I.kind = cfg.kind;
   I.seed = cfg.seed;
-  I.n = int(n_slots);
+  I.n = int(n_tensors);
   I.n_groups = n_groups;
-  for (std::size_t i = 0; i < n_slots; ++i) {
-    I.param_dtypes.push_back(slots[i].param_dtype);
-    I.sizes.push_back(slots[i].n);
+  for (std::size_t i = 0; i < n_tensors; ++i) {
+    I.param_dtypes.push_back(tensors[i].param_dtype);
+    I.sizes.push_back(tensors[i].n);
   }
   I.tiles = L.tables.n_tiles;
   I.args_bytes = L.args_bytes;

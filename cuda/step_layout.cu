@@ -22,23 +22,23 @@ P* at(void* base, std::size_t off) {
 
 }  // namespace
 
-StepLayout layout_step(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const int* groups,
+StepLayout layout_step(const StepConfig& cfg, const StepTensor* tensors, std::size_t n_tensors, const int* groups,
                        int n_groups, const char* fn) {
   const std::string f(fn);
-  validate_step(cfg, slots, n_slots, fn);
-  if (n_slots > std::size_t(1) << 30) throw std::invalid_argument(f + ": too many tensors");
-  if (n_groups < 1 && n_slots > 0) throw std::invalid_argument(f + ": no parameter groups");
+  validate_step(cfg, tensors, n_tensors, fn);
+  if (n_tensors > std::size_t(1) << 30) throw std::invalid_argument(f + ": too many tensors");
+  if (n_groups < 1 && n_tensors > 0) throw std::invalid_argument(f + ": no parameter groups");
   const bool norms = optim_uses_trust_ratio(cfg.kind);
   const int nstates = optim_num_states(cfg.kind);
 
   StepLayout L;
-  L.tensors.resize(n_slots);
-  L.tile_offsets.assign(n_slots + 1, 0);
-  L.mu_products.resize(n_slots);
+  L.tensors.resize(n_tensors);
+  L.tile_offsets.assign(n_tensors + 1, 0);
+  L.mu_products.resize(n_tensors);
   std::int64_t blocks = 0, chunks = 0;
   int max_block = 32;
-  for (std::size_t i = 0; i < n_slots; ++i) {
-    const StepTensor& s = slots[i];
+  for (std::size_t i = 0; i < n_tensors; ++i) {
+    const StepTensor& s = tensors[i];
     if (groups[i] < 0 || groups[i] >= n_groups)
       throw std::invalid_argument(f + ": tensor " + std::to_string(i) + ": group index out of range");
     DevTensor& t = L.tensors[i];
@@ -68,12 +68,12 @@ StepLayout layout_step(const StepConfig& cfg, const StepTensor* slots, std::size
     L.tile_offsets[i + 1] = L.tile_offsets[i] + (nb + t.blocks_per_tile - 1) / t.blocks_per_tile;
     max_block = std::max(max_block, s.block_size);
   }
-  const std::int64_t tiles = L.tile_offsets[n_slots];
+  const std::int64_t tiles = L.tile_offsets[n_tensors];
   if (tiles > 0x7fffffff) throw std::invalid_argument(f + ": too many blocks for one launch");
 
   const int n_stage = norms ? std::max(nstates, 2) : nstates;
   L.smem = sizeof(Codebook) * std::size_t(nstates) + sizeof(float) * std::size_t(max_block) * std::size_t(1 + n_stage);
-  L.args_bytes = args_bytes(int(n_slots), n_groups);
+  L.args_bytes = args_bytes(int(n_tensors), n_groups);
 
   std::size_t off = 0;
   auto take = [&](std::size_t bytes) {
@@ -81,22 +81,22 @@ StepLayout layout_step(const StepConfig& cfg, const StepTensor* slots, std::size
     off = align_up(off + bytes, 256);
     return here;
   };
-  L.o_tensors = take(sizeof(DevTensor) * n_slots);
-  L.o_tiles = take(sizeof(std::int64_t) * (n_slots + 1));
+  L.o_tensors = take(sizeof(DevTensor) * n_tensors);
+  L.o_tiles = take(sizeof(std::int64_t) * (n_tensors + 1));
   L.o_cb = take(sizeof(Codebook) * std::size_t(std::max(cfg.num_codebooks, 0)));
-  L.o_mu = take(sizeof(float) * n_slots);
+  L.o_mu = take(sizeof(float) * n_tensors);
   L.o_args = take(L.args_bytes);
-  L.o_steps = take(sizeof(std::int64_t) * n_slots);
+  L.o_steps = take(sizeof(std::int64_t) * n_tensors);
   L.o_counters = take(sizeof(DevCounters));
-  L.o_trust = take(sizeof(float) * n_slots);
-  L.o_tile_counters = take(norms ? sizeof(unsigned int) * n_slots : 0);
+  L.o_trust = take(sizeof(float) * n_tensors);
+  L.o_tile_counters = take(norms ? sizeof(unsigned int) * n_tensors : 0);
   L.o_block_partials = take(norms ? sizeof(double) * 2 * std::size_t(blocks) : 0);
   L.o_chunk_partials = take(norms ? sizeof(double) * 2 * std::size_t(chunks) : 0);
   L.total = off;
 
   Tables& tb = L.tables;
   tb.kind = cfg.kind;
-  tb.n_tensors = int(n_slots);
+  tb.n_tensors = int(n_tensors);
   tb.n_stage = n_stage;
   tb.n_codebooks_smem = nstates;
   tb.max_block = max_block;

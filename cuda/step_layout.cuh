@@ -22,7 +22,7 @@ struct StepLayout {
   Tables tables{};             // pointers relative to a null base: see bind()
   std::vector<DevTensor> tensors;
   std::vector<std::int64_t> tile_offsets;  // n + 1 prefix sums
-  std::vector<float> mu_products;          // n: the slots' StepTensor::mu_product
+  std::vector<float> mu_products;          // n: the tensors' StepTensor::mu_product
 
   // The region's content up to (not including) the step counts, as the host builds it: tensors, tile
   // offsets, codebooks, mu products, and the argument blob left zero (its writer fills it).
@@ -34,7 +34,7 @@ struct StepLayout {
 
 // Validates the tensors (validate_step, group indices) and lays out their tables; throws
 // std::invalid_argument naming `fn`. groups[i] < n_groups is slot i's hyper-parameter group.
-StepLayout layout_step(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const int* groups,
+StepLayout layout_step(const StepConfig& cfg, const StepTensor* tensors, std::size_t n_tensors, const int* groups,
                        int n_groups, const char* fn);
 
 // Lets step_kernel use `smem` bytes of dynamic shared memory on the current device (a no-op below

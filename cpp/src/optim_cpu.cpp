@@ -19,9 +19,9 @@ namespace {
 // chunks of whole blocks of one tensor (numerics/chunking.hpp), which depend only on the tensors,
 // never on the thread count, so LAMB/LARS norm partials (2 per chunk, norms phase only) are summed
 // in a fixed order.
-std::int64_t run_pass(const StepConfig& cfg, StepTensor* slots, std::size_t n_slots, const StepWorkspace& ws,
+std::int64_t run_pass(const StepConfig& cfg, StepTensor* tensors, std::size_t n_tensors, const StepWorkspace& ws,
                       cpu::OptimPhase phase, double* norms) {
-  const std::int64_t total = ws.offsets[n_slots];
+  const std::int64_t total = ws.offsets[n_tensors];
   const cpu::Kernels& kernels = cpu::active();
   std::atomic<std::int64_t> skipped{0};
   parallel_for(total, 1, [&](std::int64_t c0, std::int64_t c1) {
@@ -29,7 +29,7 @@ std::int64_t run_pass(const StepConfig& cfg, StepTensor* slots, std::size_t n_sl
     std::int64_t local = 0;
     for (std::int64_t c = c0; c < c1; ++c) {
       while (c >= ws.offsets[s + 1]) ++s;
-      const StepTensor& slot = slots[s];
+      const StepTensor& slot = tensors[s];
       const cpu::OptimBlockFn fn = kernels.select_optim(cfg.kind, slot.param_dtype, slot.grad_dtype);
       const BlockRange r = chunk_block_range(c - ws.offsets[s], slot.n, slot.block_size);
       double* out = norms ? norms + 2 * c : nullptr;
@@ -43,13 +43,13 @@ std::int64_t run_pass(const StepConfig& cfg, StepTensor* slots, std::size_t n_sl
 
 }  // namespace
 
-void validate_step(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const char* fn) {
+void validate_step(const StepConfig& cfg, const StepTensor* tensors, std::size_t n_tensors, const char* fn) {
   const char* f = fn;
   const int nstates = optim_num_states(cfg.kind);
   if (!(cfg.percentile >= 0.0f && cfg.percentile <= 100.0f))
     throw std::invalid_argument(std::string(f) + ": percentile must be in [0, 100]");
-  for (std::size_t i = 0; i < n_slots; ++i) {
-    const StepTensor& s = slots[i];
+  for (std::size_t i = 0; i < n_tensors; ++i) {
+    const StepTensor& s = tensors[i];
     // the prefix of a message, built only when one is thrown (this runs for every tensor of every step)
     const auto where = [&] { return std::string(f) + ": tensor " + std::to_string(i) + ": "; };
     if (s.n < 0) throw std::invalid_argument(where() + "negative element count");
@@ -76,11 +76,11 @@ void validate_step(const StepConfig& cfg, const StepTensor* slots, std::size_t n
   }
 }
 
-std::int64_t count_nonfinite_blocks(const StepTensor* slots, std::size_t n_slots) {
+std::int64_t count_nonfinite_blocks(const StepTensor* tensors, std::size_t n_tensors) {
   const cpu::Kernels& kernels = cpu::active();
   std::int64_t bad = 0;
-  for (std::size_t i = 0; i < n_slots; ++i) {
-    const StepTensor& s = slots[i];
+  for (std::size_t i = 0; i < n_tensors; ++i) {
+    const StepTensor& s = tensors[i];
     if (!s.grad) continue;
     std::atomic<std::int64_t> count{0};
     parallel_for(block_count(s.n, s.block_size), chunk_blocks(s.block_size), [&](std::int64_t b0, std::int64_t b1) {
@@ -91,33 +91,33 @@ std::int64_t count_nonfinite_blocks(const StepTensor* slots, std::size_t n_slots
   return bad;
 }
 
-StepResult step(const StepConfig& cfg, StepTensor* slots, std::size_t n_slots, StepWorkspace& ws) {
-  validate_step(cfg, slots, n_slots, "step");
-  ws.offsets.resize(n_slots + 1);
+StepResult step(const StepConfig& cfg, StepTensor* tensors, std::size_t n_tensors, StepWorkspace& ws) {
+  validate_step(cfg, tensors, n_tensors, "step");
+  ws.offsets.resize(n_tensors + 1);
   ws.offsets[0] = 0;
-  for (std::size_t i = 0; i < n_slots; ++i)
-    ws.offsets[i + 1] = ws.offsets[i] + (slots[i].grad ? chunk_count(slots[i].n, slots[i].block_size) : 0);
+  for (std::size_t i = 0; i < n_tensors; ++i)
+    ws.offsets[i + 1] = ws.offsets[i] + (tensors[i].grad ? chunk_count(tensors[i].n, tensors[i].block_size) : 0);
   if (cfg.kind == OptimKind::nadam) {
     // the tensor's running product of mu moves to this step before its coefficients are derived
-    for (std::size_t i = 0; i < n_slots; ++i) {
-      if (!slots[i].grad) continue;
-      slots[i].mu_product = nadam_advance(slots[i].mu_product, slots[i].scalars.nadam_mu);
-      nadam_bind(slots[i].scalars, slots[i].mu_product);
+    for (std::size_t i = 0; i < n_tensors; ++i) {
+      if (!tensors[i].grad) continue;
+      tensors[i].mu_product = nadam_advance(tensors[i].mu_product, tensors[i].scalars.nadam_mu);
+      nadam_bind(tensors[i].scalars, tensors[i].mu_product);
     }
   }
   StepResult result;
   if (optim_uses_trust_ratio(cfg.kind)) {
-    ws.partials.resize(std::size_t(2 * ws.offsets[n_slots]));
-    run_pass(cfg, slots, n_slots, ws, cpu::OptimPhase::norms, ws.partials.data());
-    for (std::size_t i = 0; i < n_slots; ++i) {
+    ws.partials.resize(std::size_t(2 * ws.offsets[n_tensors]));
+    run_pass(cfg, tensors, n_tensors, ws, cpu::OptimPhase::norms, ws.partials.data());
+    for (std::size_t i = 0; i < n_tensors; ++i) {
       double pp = 0.0, xx = 0.0;
       add_pair_sums(ws.partials.data(), ws.offsets[i], ws.offsets[i + 1], pp, xx);
-      SlotScalars& h = slots[i].scalars;
+      SlotScalars& h = tensors[i].scalars;
       h.trust = trust_ratio(cfg.kind, pp, xx, h.eta, h.weight_decay);
     }
-    result.skipped_blocks = run_pass(cfg, slots, n_slots, ws, cpu::OptimPhase::apply, nullptr);
+    result.skipped_blocks = run_pass(cfg, tensors, n_tensors, ws, cpu::OptimPhase::apply, nullptr);
   } else {
-    result.skipped_blocks = run_pass(cfg, slots, n_slots, ws, cpu::OptimPhase::single, nullptr);
+    result.skipped_blocks = run_pass(cfg, tensors, n_tensors, ws, cpu::OptimPhase::single, nullptr);
   }
   return result;
 }

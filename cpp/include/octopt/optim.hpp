@@ -82,16 +82,16 @@ struct StepWorkspace {
   std::vector<std::int64_t> offsets;
 };
 
-// Checks slots against the config (dtypes, block sizes, codebooks, bits); throws
+// Checks tensors against the config (dtypes, block sizes, codebooks, bits); throws
 // std::invalid_argument naming `fn`.
-void validate_step(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const char* fn);
+void validate_step(const StepConfig& cfg, const StepTensor* tensors, std::size_t n_tensors, const char* fn);
 
-// CPU: steps all slots whose grad is non-null. Slots' scalars.trust is written for LAMB/LARS;
-// NAdam advances the stepped slots' mu_product and fills in their scalars' nadam coefficients.
-StepResult step(const StepConfig& cfg, StepTensor* slots, std::size_t n_slots, StepWorkspace& ws);
+// CPU: steps all tensors whose grad is non-null. Their scalars.trust is written for LAMB/LARS;
+// NAdam advances the stepped tensors' mu_product and fills in their scalars' nadam coefficients.
+StepResult step(const StepConfig& cfg, StepTensor* tensors, std::size_t n_tensors, StepWorkspace& ws);
 
 // Counts blocks with a non-finite gradient without changing anything (for strict mode).
-std::int64_t count_nonfinite_blocks(const StepTensor* slots, std::size_t n_slots);
+std::int64_t count_nonfinite_blocks(const StepTensor* tensors, std::size_t n_tensors);
 
 // ---- CUDA backend -------------------------------------------------------------------------------
 // The same step on a GPU, enqueued on the caller's stream. A DevicePlan holds a device-resident
@@ -109,11 +109,11 @@ namespace cuda {
 
 class DevicePlan {
  public:
-  // slots: device pointers on `device` (param and state buffers; grad pointers are ignored), and
+  // tensors: device pointers on `device` (param and state buffers; grad pointers are ignored), and
   // NAdam's starting mu_product per tensor (then held on the device: read_mu_products). groups[i]
-  // (< n_groups) is the hyper-parameter group of slots[i]. cfg: kind and codebooks (copied to the
+  // (< n_groups) is the hyper-parameter group of tensors[i]. cfg: kind and codebooks (copied to the
   // device); seed keys stochastic rounding. Throws std::invalid_argument naming `fn`.
-  DevicePlan(const StepConfig& cfg, const StepTensor* slots, std::size_t n_slots, const int* groups, int n_groups,
+  DevicePlan(const StepConfig& cfg, const StepTensor* tensors, std::size_t n_tensors, const int* groups, int n_groups,
              int device, const char* fn = "Optimizer");
   ~DevicePlan();
   DevicePlan(const DevicePlan&) = delete;
@@ -151,7 +151,7 @@ void read_steps(DevicePlan& plan, std::int64_t* per_tensor, std::int64_t* global
 void write_steps(DevicePlan& plan, const std::int64_t* per_tensor, std::int64_t global_step);
 std::vector<float> trust_ratios(DevicePlan& plan);
 // NAdam: each tensor's running mu_product (StepTensor::mu_product) as the device holds it: the
-// slots' values when the plan was built, then advanced by each step for each stepped tensor (also in
+// tensors' values when the plan was built, then advanced by each step for each stepped tensor (also in
 // captured graphs). Save it with read_steps' counts; restore it with write_mu_products (values in
 // [0, 1]; throws std::invalid_argument otherwise). per_tensor: size() floats.
 void read_mu_products(DevicePlan& plan, float* per_tensor);
