@@ -119,7 +119,7 @@ Launch::Launch(const Call& c, const char* fn) : impl_(std::make_unique<Impl>()) 
     throw std::invalid_argument(std::string(fn) + ": NAdam is not supported by the XLA handler (its per-tensor "
                                 "mu_product is not among the operands)");
   std::vector<int> groups(c.n, 0);
-  I.layout = detail::layout_step(c.cfg, c.slots, c.n, groups.data(), 1, fn);
+  I.layout = detail::layout_step(c.cfg, c.tensors, c.n, groups.data(), 1, fn);
   I.n = c.n;
   I.updates = c.params_in != nullptr;
   const std::size_t sub_bytes = I.updates ? align_up(sizeof(SubTensor) * c.n, 256) : 0;
@@ -138,16 +138,16 @@ Launch::Launch(const Call& c, const char* fn) : impl_(std::make_unique<Impl>()) 
   std::memcpy(args, &hdr, sizeof hdr);
   for (std::size_t i = 0; i < c.n; ++i) {
     detail::DevGrad g{};
-    g.ptr = c.slots[i].grad;
-    g.dtype = std::int32_t(c.slots[i].grad_dtype);
+    g.ptr = c.tensors[i].grad;
+    g.dtype = std::int32_t(c.tensors[i].grad_dtype);
     std::memcpy(args + sizeof(detail::DevHeader) + sizeof(detail::DevGrad) * i, &g, sizeof g);
-    I.max_n = std::max(I.max_n, c.slots[i].n);
+    I.max_n = std::max(I.max_n, c.tensors[i].n);
     if (!I.updates) continue;
     SubTensor s{};
-    s.out = c.slots[i].param;
+    s.out = c.tensors[i].param;
     s.in = c.params_in[i];
-    s.n = c.slots[i].n;
-    s.dtype = std::int32_t(c.slots[i].param_dtype);
+    s.n = c.tensors[i].n;
+    s.dtype = std::int32_t(c.tensors[i].param_dtype);
     std::memcpy(I.image.data() + sizeof(SubTensor) * i, &s, sizeof s);
   }
   std::memcpy(I.hp.hp_static, c.hp_static, sizeof I.hp.hp_static);
