@@ -58,10 +58,11 @@ def main() -> int:
         rows.append((label, ms, octo_bw, 100 * octo_bw / copy_bw, tms, torch_bw, copy_bw, tms / ms))
         del topt, tparams, params, grads
         torch.cuda.empty_cache()
-    head = ("tensors", "octopt ms", "octopt GB/s", "% of copy", "torch fused ms", "torch GB/s", "copy GB/s",
-            "speedup")
-    lines = [f"{torch.cuda.get_device_name()}  octopt 8-bit AdamW vs torch.optim.AdamW(fused=True), fp32 params",
-             " | ".join(f"{h:>14}" for h in head)]
+    head = ("tensors", "octopt ms", "octopt GB/s", "% of copy", "torch fused ms", "torch GB/s", "copy GB/s", "speedup")
+    lines = [
+        f"{torch.cuda.get_device_name()}  octopt 8-bit AdamW vs torch.optim.AdamW(fused=True), fp32 params",
+        " | ".join(f"{h:>14}" for h in head),
+    ]
     for r in rows:
         lines.append(" | ".join([f"{r[0]:>14}"] + [f"{v:>14.3f}" for v in r[1:]]))
     table = "\n".join(lines)

@@ -45,8 +45,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     octopt.set_num_threads(args.threads)
-    print(f"octopt {octopt.__version__} from {octopt.__file__}; jax {jax.__version__}, optax {optax.__version__}; "
-          f"{args.threads} octopt thread(s)")
+    print(
+        f"octopt {octopt.__version__} from {octopt.__file__}; jax {jax.__version__}, optax {optax.__version__}; "
+        f"{args.threads} octopt thread(s)"
+    )
     print(f"{'case':>10} {'implementation':<34} {'ms/step':>9} {'vs optax':>9} {'state B/param':>14}")
     for text in args.sizes:
         n, k = parse_case(text)
@@ -91,10 +93,12 @@ def main() -> None:
             return sum(x.nbytes for x in jax.tree.leaves(state)) / n
 
         rows = []
-        for name, make in (("optax.adamw (fp32 state)", lambda: transform(optax.adamw(1e-3))),
-                           ("octopt.optax.adamw8bit update", lambda: transform(octopt.optax.adamw8bit(1e-3))),
-                           ("octopt.optax.adamw8bit .step", fused),
-                           ("octopt.AdamW(bits=8) NumPy path", numpy_path)):
+        for name, make in (
+            ("optax.adamw (fp32 state)", lambda: transform(optax.adamw(1e-3))),
+            ("octopt.optax.adamw8bit update", lambda: transform(octopt.optax.adamw8bit(1e-3))),
+            ("octopt.optax.adamw8bit .step", fused),
+            ("octopt.AdamW(bits=8) NumPy path", numpy_path),
+        ):
             run, state = make()
             t = timed(run, args.repeats)
             rows.append((name, t, state_bytes(state) if state is not None else 2 + 8 / 256))

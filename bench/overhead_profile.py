@@ -92,11 +92,19 @@ class Report:
 def build_probe(core_lib: str | None) -> tuple[object | None, str | None]:
     """(the _handoff_probe module or None, path of core_step or None), building them when missing."""
     exe = os.path.join(PROBE_BUILD, "core_step")
-    need = not any(f.startswith("_handoff_probe") for f in os.listdir(PROBE_BUILD)) if os.path.isdir(
-        PROBE_BUILD) else True
+    need = (
+        not any(f.startswith("_handoff_probe") for f in os.listdir(PROBE_BUILD)) if os.path.isdir(PROBE_BUILD) else True
+    )
     if need or (core_lib and not os.path.exists(exe)):
-        cfg = ["cmake", "-S", PROBE_SRC, "-B", PROBE_BUILD, "-DCMAKE_BUILD_TYPE=Release",
-               f"-DPython_EXECUTABLE={sys.executable}"]
+        cfg = [
+            "cmake",
+            "-S",
+            PROBE_SRC,
+            "-B",
+            PROBE_BUILD,
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-DPython_EXECUTABLE={sys.executable}",
+        ]
         if core_lib:
             cfg.append(f"-DOCTOPT_CORE_LIB={os.path.abspath(core_lib)}")
         for cmd in (cfg, ["cmake", "--build", PROBE_BUILD, "-j2"]):
@@ -151,14 +159,15 @@ def numpy_path(rep: Report, probe, core: dict, elems: int, bits: int) -> None:
     one_hps = [_hparams.to_core(kind, g) for g in one.param_groups]
     one_steps = np.array([one._tensors[0].step + 1], dtype=np.int64)
     sr, sbf = bool(opt.stochastic_rounding), opt.stochastic_bf16
-    native = rep.time("native plan.step(N grads), args prepared",
-                      lambda: opt._plan.step(grads, steps, hps, False, sr, sbf, 0.0, 0))
-    native_one = rep.time("native plan.step(ONE grad of N*E)",
-                          lambda: one._plan.step(one_g, one_steps, one_hps, False, sr, sbf, 0.0, 0))
+    native = rep.time(
+        "native plan.step(N grads), args prepared", lambda: opt._plan.step(grads, steps, hps, False, sr, sbf, 0.0, 0)
+    )
+    native_one = rep.time(
+        "native plan.step(ONE grad of N*E)", lambda: one._plan.step(one_g, one_steps, one_hps, False, sr, sbf, 0.0, 0)
+    )
     rep.add("Python side of octopt.Optimizer.step (whole - native)", total - native)
     lock = opt._step_lock
-    rep.time("  step() lock acquire + release", lambda: (lock.acquire(blocking=False), lock.release()),
-             per_step=True)
+    rep.time("  step() lock acquire + release", lambda: (lock.acquire(blocking=False), lock.release()), per_step=True)
     rep.time("  framework_of(grads) + list(grads)", lambda: (_arrays.framework_of(grads), list(grads)), per_step=True)
 
     def shape_loop():
@@ -168,14 +177,22 @@ def numpy_path(rep: Report, probe, core: dict, elems: int, bits: int) -> None:
                 raise AssertionError
 
     rep.time("  shape check loop (getattr, tuple(shape) != info.shape)", shape_loop)
-    rep.time("  _hparams.validate_group x groups", lambda: [_hparams.validate_group(kind, g, "step") for g in groups],
-             per_step=True)
+    rep.time(
+        "  _hparams.validate_group x groups",
+        lambda: [_hparams.validate_group(kind, g, "step") for g in groups],
+        per_step=True,
+    )
     rep.time("  _hparams.to_core x groups", lambda: [_hparams.to_core(kind, g) for g in groups], per_step=True)
-    rep.time("  np.fromiter of the step counts",
-             lambda: np.fromiter((t.step + (g is not None) for t, g in zip(tensors, grads)), dtype=np.int64,
-                                 count=len(grads)))
-    rep.time("  kgrads = [kernel_arg(g) ...] (framework_of per grad)",
-             lambda: [_arrays.kernel_arg(g) if g is not None else None for g in grads])
+    rep.time(
+        "  np.fromiter of the step counts",
+        lambda: np.fromiter(
+            (t.step + (g is not None) for t, g in zip(tensors, grads)), dtype=np.int64, count=len(grads)
+        ),
+    )
+    rep.time(
+        "  kgrads = [kernel_arg(g) ...] (framework_of per grad)",
+        lambda: [_arrays.kernel_arg(g) if g is not None else None for g in grads],
+    )
     info0 = tensors[0].info
     rep.time("  stream_handle", lambda: _arrays.stream_handle(info0, None, "step"), per_step=True)
 
@@ -195,15 +212,17 @@ def numpy_path(rep: Report, probe, core: dict, elems: int, bits: int) -> None:
         rep.add("  nb::try_cast<ndarray<ro>> (NumPy __dlpack__ + import)", cast - seq)
         checked = best_call_s(lambda: probe.ndarray_cast_checked(grads, elems), rep.rounds, rep.batch) - noop
         rep.add("  'grads[i]' std::string + contiguity/dtype/size checks", checked - cast)
-        rep.time("  (alternative) buffer protocol instead of DLPack", lambda: probe.buffers(grads, elems),
-                 minus=noop)
+        rep.time("  (alternative) buffer protocol instead of DLPack", lambda: probe.buffers(grads, elems), minus=noop)
     c = core.get((bits, elems))
     if c:
         rep.add("  core octopt::step per tensor, no Python: (N - one) / (N - 1)", (c[0] - c[1]) * 1e-9 * n / (n - 1))
         rep.add("    of which validate_step (a std::string per tensor)", c[3] * 1e-9)
         if bits != 32:
-            rep.add("    of which make_levels, once per quantized state per chunk", 2 * c[4] * 1e-9 * n,
-                    note=f"2 states x {c[4]:.0f} ns")
+            rep.add(
+                "    of which make_levels, once per quantized state per chunk",
+                2 * c[4] * 1e-9 * n,
+                note=f"2 states x {c[4]:.0f} ns",
+            )
         rep.add("  core compute_scalars (in the binding's loop)", c[2] * 1e-9)
 
 
@@ -232,6 +251,7 @@ def torch_path(rep: Report, probe, elems: int, bits: int) -> None:
     with torch.no_grad():
         core_s = rep.time("octopt.Optimizer.step(detached grads) inside it", lambda: core.step(grads))
     rep.add("adapter (TorchOptimizer.step minus the core step)", total - core_s)
+
     # the two wrappers around TorchOptimizer.step, each timed around a function that does nothing
     def nothing(self):
         return None
@@ -255,16 +275,23 @@ def torch_path(rep: Report, probe, elems: int, bits: int) -> None:
     rep.time("  loop: g.is_complex()", lambda: [g.is_complex() for g in gl], minus=base)
     rep.time("  loop: g.detach()", lambda: [g.detach() for g in gl], minus=base)
     rep.time("  loop: g.is_contiguous()", lambda: [g.is_contiguous() for g in gl], minus=base)
-    rep.time("  loop itself (enumerate, t.param, append)",
-             lambda: [t.param for _, t in enumerate(core._tensors)], minus=0.0)
+    rep.time(
+        "  loop itself (enumerate, t.param, append)", lambda: [t.param for _, t in enumerate(core._tensors)], minus=0.0
+    )
     rep.add("core step on torch tensors, per tensor beyond the NumPy path's:", float("nan"))
-    rep.time("  kernel_arg: framework_of (type(a).__module__) + a.detach() again",
-             lambda: [_arrays.kernel_arg(g) for g in grads], minus=base)
+    rep.time(
+        "  kernel_arg: framework_of (type(a).__module__) + a.detach() again",
+        lambda: [_arrays.kernel_arg(g) for g in grads],
+        minus=base,
+    )
     if probe is not None:
         noop = best_call_s(lambda: probe.noop(grads), rep.rounds, rep.batch)
         seq = best_call_s(lambda: probe.seq_only(grads), rep.rounds, rep.batch) - noop
-        rep.time("  nb::try_cast<ndarray<ro>> of a torch tensor (Tensor.__dlpack__ in Python)",
-                 lambda: probe.ndarray_cast(grads), minus=noop + seq)
+        rep.time(
+            "  nb::try_cast<ndarray<ro>> of a torch tensor (Tensor.__dlpack__ in Python)",
+            lambda: probe.ndarray_cast(grads),
+            minus=noop + seq,
+        )
 
 
 # -- hand-off alternatives ------------------------------------------------------------------------------
@@ -278,8 +305,10 @@ def handoffs(rep: Report, probe, elems: int) -> None:
         p.grad = torch.from_numpy(rng.standard_normal(elems, dtype=np.float32))
     grads = [p.grad for p in params]
     want = sum(g.data_ptr() for g in grads)
-    rep.section(f"hand-off of {n} torch gradients ({elems} float32 each) to one native call; each "
-                "figure is the whole call (Python part + native part) / N")
+    rep.section(
+        f"hand-off of {n} torch gradients ({elems} float32 each) to one native call; each "
+        "figure is the whole call (Python part + native part) / N"
+    )
     noop = best_call_s(lambda: probe.noop(grads), rep.rounds, rep.batch)
     rep.add("(one native call with one argument, per step)", noop, per_step=True)
     data_ptr = torch.Tensor.data_ptr
@@ -289,16 +318,20 @@ def handoffs(rep: Report, probe, elems: int) -> None:
         "DLPack per tensor via nanobind (today: Tensor.__dlpack__)": lambda: probe.ndarray_cast(grads),
         "capsules [torch._C._to_dlpack(g)] then nanobind": lambda: probe.capsules([to_dlpack(g) for g in grads]),
         "[g.data_ptr() for g in grads] -> std::vector<uintptr_t>": lambda: probe.ptr_vector(
-            [g.data_ptr() for g in grads]),
+            [g.data_ptr() for g in grads]
+        ),
         "[g.data_ptr() for g in grads] -> list read in C++": lambda: probe.ptr_list([g.data_ptr() for g in grads]),
         "list(map(Tensor.data_ptr, grads)) -> list read in C++": lambda: probe.ptr_list(list(map(data_ptr, grads))),
         "np.fromiter(map(Tensor.data_ptr, grads)) -> int64 array": lambda: probe.ptr_array(
-            np.fromiter(map(data_ptr, grads), np.int64, n)),
+            np.fromiter(map(data_ptr, grads), np.int64, n)
+        ),
         "C++ calls g.data_ptr() on each (list of tensors)": lambda: probe.torch_data_ptr(grads),
         "C++: dtype is torch.float32, numel, is_contiguous, is_cpu, data_ptr": lambda: probe.torch_checked(
-            grads, torch.float32, elems),
+            grads, torch.float32, elems
+        ),
         "C++ from the params: p.grad, then the same checks": lambda: probe.torch_param_grads(
-            params, torch.float32, elems),
+            params, torch.float32, elems
+        ),
     }
     for label, fn in cases.items():
         got = fn()
@@ -318,8 +351,7 @@ def handoffs(rep: Report, probe, elems: int) -> None:
             return probe.ptr_list(ptrs)
         raise AssertionError
 
-    rep.time("cache hit (zero_grad(set_to_none=False)): [p.grad], ids compared, cached ptrs", cache_check,
-             minus=noop)
+    rep.time("cache hit (zero_grad(set_to_none=False)): [p.grad], ids compared, cached ptrs", cache_check, minus=noop)
     rep.time("  of which [p.grad for p in params]", lambda: [p.grad for p in params])
     rep.time("  of which list(map(id, grads))", lambda: list(map(id, grads)))
     rep.time("  (a ._version read per grad, for comparison)", lambda: [g._version for g in grads])
@@ -327,25 +359,37 @@ def handoffs(rep: Report, probe, elems: int) -> None:
     rep.section(f"hand-off of {n} NumPy gradients ({elems} float32 each)")
     rep.time("DLPack per array via nanobind (today)", lambda: probe.ndarray_cast(arrays), minus=noop)
     rep.time("buffer protocol in C++ (PyObject_GetBuffer)", lambda: probe.buffers(arrays, elems), minus=noop)
-    rep.time("[a.ctypes.data for a in arrays] -> list", lambda: probe.ptr_list([a.ctypes.data for a in arrays]),
-             minus=noop)
-    rep.time("[a.__array_interface__['data'][0] ...] -> list",
-             lambda: probe.ptr_list([a.__array_interface__["data"][0] for a in arrays]), minus=noop)
+    rep.time(
+        "[a.ctypes.data for a in arrays] -> list", lambda: probe.ptr_list([a.ctypes.data for a in arrays]), minus=noop
+    )
+    rep.time(
+        "[a.__array_interface__['data'][0] ...] -> list",
+        lambda: probe.ptr_list([a.__array_interface__["data"][0] for a in arrays]),
+        minus=noop,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench/overhead_profile.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="bench/overhead_profile.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--tensors", type=int, default=256)
     p.add_argument("--elems", type=int, default=64, help="float32 elements per tensor (default 64)")
     p.add_argument("--bits", type=int, nargs="+", default=[32, 8], choices=(32, 8, 4))
     p.add_argument("--rounds", type=int, default=15, help="batches per piece; the fastest counts (default 15)")
     p.add_argument("--batch", type=int, default=30, help="calls per batch (default 30)")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--clock", choices=tuple(CLOCK), default="cpu",
-                   help="process CPU time (default; steadier on a shared machine at 1 thread) or wall time")
-    p.add_argument("--core-lib", default=os.path.join(ROOT, "build", "dev-OFF", "cpp", "liboctopt.a"),
-                   help="octopt's core library for the C++ harness (default: devbuild.sh's)")
+    p.add_argument(
+        "--clock",
+        choices=tuple(CLOCK),
+        default="cpu",
+        help="process CPU time (default; steadier on a shared machine at 1 thread) or wall time",
+    )
+    p.add_argument(
+        "--core-lib",
+        default=os.path.join(ROOT, "build", "dev-OFF", "cpp", "liboctopt.a"),
+        help="octopt's core library for the C++ harness (default: devbuild.sh's)",
+    )
     args = p.parse_args(argv)
     global clock_now
     clock_now = CLOCK[args.clock]
@@ -354,8 +398,10 @@ def main(argv: list[str] | None = None) -> int:
     octopt.set_num_threads(args.threads)
     probe, exe = build_probe(args.core_lib if os.path.exists(args.core_lib) else None)
     core = core_figures(exe, args.tensors, args.threads)
-    print(f"octopt {octopt.__version__} from {os.path.dirname(octopt.__file__)}; {args.tensors} tensors x "
-          f"{args.elems} float32; {args.threads} thread(s); {args.clock} clock; load avg {os.getloadavg()}")
+    print(
+        f"octopt {octopt.__version__} from {os.path.dirname(octopt.__file__)}; {args.tensors} tensors x "
+        f"{args.elems} float32; {args.threads} thread(s); {args.clock} clock; load avg {os.getloadavg()}"
+    )
     rep = Report(args.tensors, args.rounds, args.batch)
     for bits in args.bits:
         numpy_path(rep, probe, core, args.elems, bits)

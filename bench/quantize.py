@@ -41,16 +41,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--block-size", type=int, default=256)
     p.add_argument("--threads", type=int, default=2, help="threads for octopt and torch (same count)")
     p.add_argument("--repeats", type=int, default=20, help="timed calls per case after one warm-up call")
-    p.add_argument("--budget-s", type=float, default=8.0,
-                   help="cap on the timed seconds of one case: a slow case gets fewer repeats (at least 3)")
-    p.add_argument("--pause-ms", type=float, default=20.0,
-                   help="untimed idle time before each call, so that one library's spinning worker threads "
-                        "do not steal a core from the next call")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=8.0,
+        help="cap on the timed seconds of one case: a slow case gets fewer repeats (at least 3)",
+    )
+    p.add_argument(
+        "--pause-ms",
+        type=float,
+        default=20.0,
+        help="untimed idle time before each call, so that one library's spinning worker threads "
+        "do not steal a core from the next call",
+    )
     p.add_argument("--sample", type=parse_size, default=2**18, help="elements checked for exactness")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--stream-size", type=parse_size, default=bandwidth.N,
-                   help="float32 elements per array of the STREAM copy/triad that sets the floor "
-                        "(default 2**26)")
+    p.add_argument(
+        "--stream-size",
+        type=parse_size,
+        default=bandwidth.N,
+        help="float32 elements per array of the STREAM copy/triad that sets the floor (default 2**26)",
+    )
     p.add_argument("--out", metavar="DIR", help="results folder (default bench/results/<timestamp>/)")
     p.add_argument("--json", metavar="PATH", help="also write the JSON to this path")
     p.add_argument("--no-chart", action="store_true", help="no PNG (matplotlib not needed)")
@@ -118,9 +129,19 @@ def run_cases(cases: list[Case], repeats: int, budget_s: float, pause_s: float) 
 def summary(c: Case) -> dict:
     t = np.array(c.times) * 1e3
     q1, med, q3 = np.percentile(t, [25, 50, 75])
-    return {"op": c.op, "impl": c.impl, "repeats": len(t), "median_ms": float(med), "min_ms": float(t.min()),
-            "max_ms": float(t.max()), "q1_ms": float(q1), "q3_ms": float(q3), "bytes_moved": c.bytes_moved,
-            "gb_per_s": c.bytes_moved / (med * 1e-3) / GB, "times_ms": [float(v) for v in t]}
+    return {
+        "op": c.op,
+        "impl": c.impl,
+        "repeats": len(t),
+        "median_ms": float(med),
+        "min_ms": float(t.min()),
+        "max_ms": float(t.max()),
+        "q1_ms": float(q1),
+        "q3_ms": float(q3),
+        "bytes_moved": c.bytes_moved,
+        "gb_per_s": c.bytes_moved / (med * 1e-3) / GB,
+        "times_ms": [float(v) for v in t],
+    }
 
 
 def add_ratios(rows: list[dict], floor_gbps: float) -> None:
@@ -148,12 +169,20 @@ def reference_codes(x: np.ndarray, qmap: np.ndarray, block_size: int) -> tuple[n
     codes = np.empty(r.size, np.uint8)
     step = 8192
     for i in range(0, r.size, step):
-        codes[i:i + step] = np.argmin(np.abs(r[i:i + step, None] - q[None, :]), axis=1)  # first minimum
+        codes[i : i + step] = np.argmin(np.abs(r[i : i + step, None] - q[None, :]), axis=1)  # first minimum
     return codes, absmax
 
 
-def exactness(name: str, x: np.ndarray, codes: np.ndarray, absmax: np.ndarray, y: np.ndarray,
-              qmap: np.ndarray, block_size: int, sample_blocks: np.ndarray) -> dict:
+def exactness(
+    name: str,
+    x: np.ndarray,
+    codes: np.ndarray,
+    absmax: np.ndarray,
+    y: np.ndarray,
+    qmap: np.ndarray,
+    block_size: int,
+    sample_blocks: np.ndarray,
+) -> dict:
     """Codes of the sampled blocks against the exact nearest codes; zero and dequantize round trips."""
     idx = (sample_blocks[:, None] * block_size + np.arange(block_size)).reshape(-1)
     xs, cs = x[idx], codes[idx]
@@ -185,35 +214,53 @@ def fmt(v: float | None, spec: str) -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    head = (f"{'op':<11}{'implementation':<27}{'n':>4}{'median ms':>11}{'min-max ms':>16}{'IQR ms':>8}"
-            f"{'GB/s':>7}{'vs bnb':>8}{'of copy':>9}{'of floor':>10}")
+    head = (
+        f"{'op':<11}{'implementation':<27}{'n':>4}{'median ms':>11}{'min-max ms':>16}{'IQR ms':>8}"
+        f"{'GB/s':>7}{'vs bnb':>8}{'of copy':>9}{'of floor':>10}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         spread = f"{r['min_ms']:.2f}-{r['max_ms']:.2f}"
         speedup = "-" if r["vs_bnb"] is None else f"{r['vs_bnb']:.2f}x"
         iqr = r["q3_ms"] - r["q1_ms"]
-        print(f"{r['op']:<11}{r['impl']:<27}{r['repeats']:>4}{r['median_ms']:>11.2f}{spread:>16}{iqr:>8.2f}"
-              f"{r['gb_per_s']:>7.1f}{speedup:>8}{fmt(r['of_copy'], '.0%'):>9}{r['of_floor']:>10.0%}")
+        print(
+            f"{r['op']:<11}{r['impl']:<27}{r['repeats']:>4}{r['median_ms']:>11.2f}{spread:>16}{iqr:>8.2f}"
+            f"{r['gb_per_s']:>7.1f}{speedup:>8}{fmt(r['of_copy'], '.0%'):>9}{r['of_floor']:>10.0%}"
+        )
 
 
 def print_exactness(checks: list[dict]) -> None:
-    cols = (("exactness", 13, "<"), ("checked", 8, ">"), ("codes not nearest", 20, ">"),
-            ("of which x!=0", 18, ">"), ("max|dcode|", 11, ">"), ("absmax!=", 9, ">"),
-            ("zeros->0.0", 18, ">"), ("deq!=q[c]*a", 12, ">"))
+    cols = (
+        ("exactness", 13, "<"),
+        ("checked", 8, ">"),
+        ("codes not nearest", 20, ">"),
+        ("of which x!=0", 18, ">"),
+        ("max|dcode|", 11, ">"),
+        ("absmax!=", 9, ">"),
+        ("zeros->0.0", 18, ">"),
+        ("deq!=q[c]*a", 12, ">"),
+    )
     line = "".join(f"{name:{align}{width}}" for name, width, align in cols)
     print("\n" + line)
     print("-" * len(line))
     for e in checks:
-        values = (e["impl"], e["checked"], f"{e['code_mismatches']} ({e['mismatch_fraction']:.3%})",
-                  f"{e['mismatches_nonzero_x']} ({e['mismatch_fraction_nonzero_x']:.3%})",
-                  f"{e['max_code_distance']}/{e['max_code_distance_nonzero_x']}", e["absmax_mismatches"],
-                  "yes" if not e["zeros_not_exact"] else f"no {e['zeros_not_exact']}/{e['zero_inputs']}",
-                  e["dequantize_mismatches"])
+        values = (
+            e["impl"],
+            e["checked"],
+            f"{e['code_mismatches']} ({e['mismatch_fraction']:.3%})",
+            f"{e['mismatches_nonzero_x']} ({e['mismatch_fraction_nonzero_x']:.3%})",
+            f"{e['max_code_distance']}/{e['max_code_distance_nonzero_x']}",
+            e["absmax_mismatches"],
+            "yes" if not e["zeros_not_exact"] else f"no {e['zeros_not_exact']}/{e['zero_inputs']}",
+            e["dequantize_mismatches"],
+        )
         print("".join(f"{v:{align}{width}}" for v, (_, width, align) in zip(values, cols)))
     negative = ", ".join(f"{e['impl']} {e['zeros_negative']}" for e in checks)
-    print("max|dcode|: all inputs / x != 0 only. zeros->0.0: dequantize(quantize(x)) == 0 at each exact zero "
-          f"of x (whole array); -0.0 counts as 0 (results that are -0.0: {negative})")
+    print(
+        "max|dcode|: all inputs / x != 0 only. zeros->0.0: dequantize(quantize(x)) == 0 at each exact zero "
+        f"of x (whole array); -0.0 counts as 0 (results that are -0.0: {negative})"
+    )
 
 
 def sample_blocks_of(n: int, block_size: int, sample: int, seed: int) -> np.ndarray:
@@ -236,8 +283,10 @@ def main(argv: list[str] | None = None) -> int:
 
     info = octopt.info()
     # An editable install's import hook outranks PYTHONPATH, so say which build is being measured.
-    print(f"octopt {octopt.__version__} from {os.path.dirname(octopt.__file__)} ({info['compiler']}, "
-          f"simd: {info['simd']}), NumPy {np.__version__}, Python {platform.python_version()}")
+    print(
+        f"octopt {octopt.__version__} from {os.path.dirname(octopt.__file__)} ({info['compiler']}, "
+        f"simd: {info['simd']}), NumPy {np.__version__}, Python {platform.python_version()}"
+    )
     threads = f"octopt {octopt.get_num_threads()}" + (f", torch {torch.get_num_threads()}" if torch else "")
     print(f"{n} float32 elements, block size {bs}, threads: {threads}, numpy copy 1")
     if torch is None:
@@ -255,14 +304,26 @@ def main(argv: list[str] | None = None) -> int:
         np.copyto(copy_dst, copy_src)
 
     cases = [
-        Case("quantize", "octopt (out=)",
-             lambda: octopt.quantize_blockwise(x, block_size=bs, out=(codes, absmax)), q_bytes),
+        Case(
+            "quantize",
+            "octopt (out=)",
+            lambda: octopt.quantize_blockwise(x, block_size=bs, out=(codes, absmax)),
+            q_bytes,
+        ),
         Case("quantize", "octopt (allocating)", lambda: octopt.quantize_blockwise(x, block_size=bs), q_bytes),
         Case("quantize", "numpy copyto 5 B/elem", copy, 2 * copy_src.nbytes),
-        Case("dequantize", "octopt (out=)",
-             lambda: octopt.dequantize_blockwise(codes, absmax, block_size=bs, out=y), dq_bytes),
-        Case("dequantize", "octopt (allocating)",
-             lambda: octopt.dequantize_blockwise(codes, absmax, block_size=bs), dq_bytes),
+        Case(
+            "dequantize",
+            "octopt (out=)",
+            lambda: octopt.dequantize_blockwise(codes, absmax, block_size=bs, out=y),
+            dq_bytes,
+        ),
+        Case(
+            "dequantize",
+            "octopt (allocating)",
+            lambda: octopt.dequantize_blockwise(codes, absmax, block_size=bs),
+            dq_bytes,
+        ),
         Case("dequantize", "numpy copyto 5 B/elem", copy, 2 * copy_src.nbytes),
     ]
     cases[0].fn()  # dequantize's input
@@ -270,24 +331,34 @@ def main(argv: list[str] | None = None) -> int:
         xt = torch.from_numpy(x)  # the same memory
         bnb_codes, bnb_state = bnbf.quantize_blockwise(xt, blocksize=bs)
         # bitsandbytes 0.50 has no CPU kernel for its out= variants, so both of its calls allocate.
-        cases.insert(2, Case("quantize", "bitsandbytes (allocating)",
-                             lambda: bnbf.quantize_blockwise(xt, blocksize=bs), q_bytes))
-        cases.insert(6, Case("dequantize", "bitsandbytes (allocating)",
-                             lambda: bnbf.dequantize_blockwise(bnb_codes, bnb_state), dq_bytes))
+        cases.insert(
+            2, Case("quantize", "bitsandbytes (allocating)", lambda: bnbf.quantize_blockwise(xt, blocksize=bs), q_bytes)
+        )
+        cases.insert(
+            6,
+            Case(
+                "dequantize",
+                "bitsandbytes (allocating)",
+                lambda: bnbf.dequantize_blockwise(bnb_codes, bnb_state),
+                dq_bytes,
+            ),
+        )
 
-    streams = [bandwidth.measure(k, t, 5, args.stream_size) for k in ("copy", "triad")
-               for t in sorted({1, args.threads})]
+    streams = [
+        bandwidth.measure(k, t, 5, args.stream_size) for k in ("copy", "triad") for t in sorted({1, args.threads})
+    ]
     floor_gbps = max(r.gbps for r in streams)
     for r in streams:
         print(f"STREAM {r.kernel:<5} {r.n:,} float32 on {r.threads} thread(s): {r.gbps:.1f} GB/s")
-    print(f"bandwidth floor: 5 bytes/element (+ 4 per block of absmax) / {floor_gbps:.1f} GB/s, the best "
-          "STREAM figure; 'of floor' = floor time / median time")
+    print(
+        f"bandwidth floor: 5 bytes/element (+ 4 per block of absmax) / {floor_gbps:.1f} GB/s, the best "
+        "STREAM figure; 'of floor' = floor time / median time"
+    )
     t0 = time.perf_counter()
     run_cases(cases, args.repeats, args.budget_s, args.pause_ms * 1e-3)
     rows = [summary(c) for c in cases]
     add_ratios(rows, floor_gbps)
-    print(f"(timed in {time.perf_counter() - t0:.1f} s; GB = 1e9 bytes; spread: min-max and interquartile "
-          "range)\n")
+    print(f"(timed in {time.perf_counter() - t0:.1f} s; GB = 1e9 bytes; spread: min-max and interquartile range)\n")
     print_table(rows)
 
     blocks = sample_blocks_of(n, bs, args.sample, args.seed)
@@ -307,16 +378,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"octopt.dynamic_map() is bit-identical to bitsandbytes' default map: {same_map}")
 
     result = {
-        "config": {"size": n, "block_size": bs, "threads": args.threads, "repeats": args.repeats,
-                   "budget_s": args.budget_s, "pause_ms": args.pause_ms, "seed": args.seed},
-        "versions": {"octopt": octopt.__version__, "numpy": np.__version__, "python": sys.version,
-                     "bitsandbytes": bnb_version if torch else None,
-                     "torch": torch.__version__ if torch else None},
+        "config": {
+            "size": n,
+            "block_size": bs,
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "budget_s": args.budget_s,
+            "pause_ms": args.pause_ms,
+            "seed": args.seed,
+        },
+        "versions": {
+            "octopt": octopt.__version__,
+            "numpy": np.__version__,
+            "python": sys.version,
+            "bitsandbytes": bnb_version if torch else None,
+            "torch": torch.__version__ if torch else None,
+        },
         "octopt_path": os.path.dirname(octopt.__file__),
         "octopt_info": info,
         "load_avg": os.getloadavg(),
-        "stream": [{"kernel": r.kernel, "threads": r.threads, "n": r.n, "times_s": r.times_s, "gbps": r.gbps}
-                   for r in streams],
+        "stream": [
+            {"kernel": r.kernel, "threads": r.threads, "n": r.n, "times_s": r.times_s, "gbps": r.gbps} for r in streams
+        ],
         "floor_gbps": floor_gbps,
         "rows": rows,
         "exactness": checks,
@@ -326,8 +409,12 @@ def main(argv: list[str] | None = None) -> int:
     for path in filter(None, (os.path.join(out, "quantize.json"), args.json)):
         print(f"wrote {save_json(path, result)}")
     if not args.no_chart:
-        png = plot(rows, floor_gbps, os.path.join(out, "quantize.png"), f"{n:,} float32, block size {bs}, "
-                   f"{args.threads} thread(s), load avg {os.getloadavg()[0]:.1f}")
+        png = plot(
+            rows,
+            floor_gbps,
+            os.path.join(out, "quantize.png"),
+            f"{n:,} float32, block size {bs}, {args.threads} thread(s), load avg {os.getloadavg()[0]:.1f}",
+        )
         if png:
             print(f"wrote {png}")
     return 0

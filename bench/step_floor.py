@@ -51,8 +51,10 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    print(f"octopt {octopt.__version__} from {os.path.dirname(octopt.__file__)}, simd {octopt.info()['simd']}; "
-          f"torch {torch.__version__}; n = {n:,}; threads {args.threads}; load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"octopt {octopt.__version__} from {os.path.dirname(octopt.__file__)}, simd {octopt.info()['simd']}; "
+        f"torch {torch.__version__}; n = {n:,}; threads {args.threads}; load average {os.getloadavg()[0]:.2f}"
+    )
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal(n, dtype=np.float32)
@@ -61,9 +63,11 @@ def main() -> int:
     y = np.empty(n, np.float32)
     rows = {}
     rows["octopt quantize_blockwise"] = median_ms(
-        lambda: octopt.quantize_blockwise(x, block_size=256, out=(codes, absmax)), args.repeats)
+        lambda: octopt.quantize_blockwise(x, block_size=256, out=(codes, absmax)), args.repeats
+    )
     rows["octopt dequantize_blockwise"] = median_ms(
-        lambda y=y: octopt.dequantize_blockwise(codes, absmax, block_size=256, out=y), args.repeats)
+        lambda y=y: octopt.dequantize_blockwise(codes, absmax, block_size=256, out=y), args.repeats
+    )
     del y
 
     p = torch.from_numpy(rng.standard_normal(n, dtype=np.float32)).requires_grad_()

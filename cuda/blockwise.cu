@@ -23,9 +23,9 @@ __device__ void load_codebook(Codebook& dst, const Codebook& src) {
 }
 
 template <DType D>
-__global__ void __launch_bounds__(kThreads) quantize_kernel(const void* x, std::int64_t n, const Codebook cb_arg,
-                                                             int block_size, int bits, bool stochastic,
-                                                             std::uint64_t key, std::uint8_t* codes, float* absmax) {
+__global__ void __launch_bounds__(kThreads)
+    quantize_kernel(const void* x, std::int64_t n, const Codebook cb_arg, int block_size, int bits, bool stochastic,
+                    std::uint64_t key, std::uint8_t* codes, float* absmax) {
   using Reduce = cub::BlockReduce<float, kThreads>;
   __shared__ typename Reduce::TempStorage reduce_tmp;
   __shared__ Codebook cb;
@@ -65,9 +65,9 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(const void* x, std::
 }
 
 template <DType D>
-__global__ void __launch_bounds__(kThreads) dequantize_kernel(const std::uint8_t* codes, const float* absmax,
-                                                               std::int64_t n, const Codebook cb_arg, int block_size,
-                                                               int bits, void* out) {
+__global__ void __launch_bounds__(kThreads)
+    dequantize_kernel(const std::uint8_t* codes, const float* absmax, std::int64_t n, const Codebook cb_arg,
+                      int block_size, int bits, void* out) {
   __shared__ Codebook cb;
   load_codebook(cb, cb_arg);
   __syncthreads();
@@ -93,9 +93,8 @@ void launch_quantize(const void* x, std::int64_t n, const Codebook& cb, int bloc
                      std::uint64_t seed, std::uint8_t* codes, float* absmax, cudaStream_t stream) {
   const std::int64_t nb = num_blocks(n, block_size);
   if (nb == 0) return;
-  quantize_kernel<D><<<unsigned(nb), kThreads, 0, stream>>>(x, n, cb, block_size, bits,
-                                                             rounding == Rounding::stochastic, rng_key(seed, 0), codes,
-                                                             absmax);
+  quantize_kernel<D><<<unsigned(nb), kThreads, 0, stream>>>(
+      x, n, cb, block_size, bits, rounding == Rounding::stochastic, rng_key(seed, 0), codes, absmax);
   detail::check_launch("quantize_blockwise (CUDA)");
 }
 
@@ -115,9 +114,12 @@ void quantize_blockwise(const void* x, DType dtype, std::int64_t n, const Codebo
                         cudaStream_t stream) {
   validate_blockwise(n, cb, block_size, bits, "quantize_blockwise");
   switch (dtype) {
-    case DType::f32: return launch_quantize<DType::f32>(x, n, cb, block_size, bits, rounding, seed, codes, absmax, stream);
-    case DType::f16: return launch_quantize<DType::f16>(x, n, cb, block_size, bits, rounding, seed, codes, absmax, stream);
-    case DType::bf16: return launch_quantize<DType::bf16>(x, n, cb, block_size, bits, rounding, seed, codes, absmax, stream);
+    case DType::f32:
+      return launch_quantize<DType::f32>(x, n, cb, block_size, bits, rounding, seed, codes, absmax, stream);
+    case DType::f16:
+      return launch_quantize<DType::f16>(x, n, cb, block_size, bits, rounding, seed, codes, absmax, stream);
+    case DType::bf16:
+      return launch_quantize<DType::bf16>(x, n, cb, block_size, bits, rounding, seed, codes, absmax, stream);
   }
 }
 
@@ -125,9 +127,12 @@ void dequantize_blockwise(const std::uint8_t* codes, const float* absmax, std::i
                           int block_size, int bits, DType out_dtype, void* out, cudaStream_t stream) {
   validate_blockwise(n, cb, block_size, bits, "dequantize_blockwise");
   switch (out_dtype) {
-    case DType::f32: return launch_dequantize<DType::f32>(codes, absmax, n, cb, block_size, bits, out, stream);
-    case DType::f16: return launch_dequantize<DType::f16>(codes, absmax, n, cb, block_size, bits, out, stream);
-    case DType::bf16: return launch_dequantize<DType::bf16>(codes, absmax, n, cb, block_size, bits, out, stream);
+    case DType::f32:
+      return launch_dequantize<DType::f32>(codes, absmax, n, cb, block_size, bits, out, stream);
+    case DType::f16:
+      return launch_dequantize<DType::f16>(codes, absmax, n, cb, block_size, bits, out, stream);
+    case DType::bf16:
+      return launch_dequantize<DType::bf16>(codes, absmax, n, cb, block_size, bits, out, stream);
   }
 }
 

@@ -150,7 +150,8 @@ struct DevicePlan::Impl {
     if (ring_used[slot]) check(cudaEventSynchronize(ring_events[slot]), "step: cudaEventSynchronize(staging)");
     unsigned char* src = pinned + std::size_t(slot) * args_bytes;
     std::memcpy(src, blob.data(), args_bytes);
-    check(cudaMemcpyAsync(dev_args, src, args_bytes, cudaMemcpyHostToDevice, stream), "step: cudaMemcpyAsync(arguments)");
+    check(cudaMemcpyAsync(dev_args, src, args_bytes, cudaMemcpyHostToDevice, stream),
+          "step: cudaMemcpyAsync(arguments)");
     check(cudaEventRecord(ring_events[slot], stream), "step: cudaEventRecord(staging)");
     ring_used[slot] = true;
     last_args = blob;
@@ -208,8 +209,9 @@ void upload(DevicePlan& plan, const StepArgs& args, cudaStream_t stream) {
   DeviceGuard guard(I.device);
   const std::vector<unsigned char> blob = I.make_blob(args, "upload");
   if (I.capturing(stream))
-    throw std::invalid_argument("upload: argument 'stream' is being captured into a CUDA graph; upload before capture "
-                                "or between replays");
+    throw std::invalid_argument(
+        "upload: argument 'stream' is being captured into a CUDA graph; upload before capture "
+        "or between replays");
   I.upload_blob(blob, stream);
 }
 
@@ -223,11 +225,14 @@ void step(DevicePlan& plan, const StepArgs& args, cudaStream_t stream) {
     // Under capture nothing but kernels may be recorded: the graph replays reading the device
     // tables, so the arguments must already be there.
     if (changed)
-      throw std::invalid_argument("step: during CUDA graph capture the arguments must equal those of the last eager "
-                                  "step or upload(): " + I.what_changed(blob));
+      throw std::invalid_argument(
+          "step: during CUDA graph capture the arguments must equal those of the last eager "
+          "step or upload(): " +
+          I.what_changed(blob));
   } else {
     // Steps on different streams stay ordered (they share the state buffers and the tables).
-    if (I.has_last && I.last_stream != stream) check(cudaStreamWaitEvent(stream, I.done, 0), "step: cudaStreamWaitEvent");
+    if (I.has_last && I.last_stream != stream)
+      check(cudaStreamWaitEvent(stream, I.done, 0), "step: cudaStreamWaitEvent");
     if (changed) I.upload_blob(blob, stream);
   }
   const detail::Tables& tb = I.tables;

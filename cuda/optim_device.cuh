@@ -76,10 +76,10 @@ enum Phase : int { kPhaseSingle = 0, kPhaseNorms = 1, kPhaseApply = 2 };
 struct Tables {
   OptimKind kind;
   std::int32_t n_tensors;
-  std::int32_t n_stage;    // float arrays of max_block elements staged per state (>= states used)
+  std::int32_t n_stage;           // float arrays of max_block elements staged per state (>= states used)
   std::int32_t n_codebooks_smem;  // codebook slots in shared memory (= states of the optimizer)
-  std::int32_t max_block;  // largest block size of the plan
-  std::int64_t n_tiles;    // tiles of all tensors (= tile_offsets[n_tensors])
+  std::int32_t max_block;         // largest block size of the plan
+  std::int64_t n_tiles;           // tiles of all tensors (= tile_offsets[n_tensors])
   const DevTensor* tensors;
   const std::int64_t* tile_offsets;  // n_tensors + 1 prefix sums of tiles
   const Codebook* codebooks;
@@ -87,10 +87,10 @@ struct Tables {
   std::int64_t* steps;        // per tensor: steps taken
   float* mu_product;          // per tensor: NAdam's running product of mu (StepTensor::mu_product)
   DevCounters* counters;
-  float* trust;               // per tensor: trust ratio of its last step (1 for optimizers without one)
+  float* trust;                 // per tensor: trust ratio of its last step (1 for optimizers without one)
   unsigned int* tile_counters;  // LAMB/LARS: per tensor, tiles of the norms pass finished; 0 between launches
-  double* block_partials;     // LAMB/LARS: 2 per block
-  double* chunk_partials;     // LAMB/LARS: 2 per chunk
+  double* block_partials;       // LAMB/LARS: 2 per block
+  double* chunk_partials;       // LAMB/LARS: 2 per chunk
 };
 
 __host__ __device__ inline const DevHeader* args_header(const unsigned char* a) {

@@ -34,7 +34,7 @@ struct MaxU {
 struct MaxU3 {
   __device__ U3 operator()(const U3& a, const U3& b) const {
     U3 r;
-    #pragma unroll
+#pragma unroll
     for (int k = 0; k < 3; ++k) r.v[k] = a.v[k] > b.v[k] ? a.v[k] : b.v[k];
     return r;
   }
@@ -85,15 +85,16 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
   float* stage = sg + tb.max_block;  // tb.n_stage arrays of max_block floats
 
   if (threadIdx.x == 0) hs = tile_scalars(tb, t, ti, phase);  // while the other threads load codebooks
-  // Codebooks of the quantized states, once per tile.
-  #pragma unroll
-  for (int k = 0; k < 3; ++k) if (k < nstates) {
-    const DevState& st = t.state[k];
-    if (!st.data || st.bits == 32) continue;
-    const int* src = reinterpret_cast<const int*>(tb.codebooks + st.codebook);
-    int* dst = reinterpret_cast<int*>(cbs + k);
-    for (int i = threadIdx.x; i < int(sizeof(Codebook) / sizeof(int)); i += T) dst[i] = src[i];
-  }
+// Codebooks of the quantized states, once per tile.
+#pragma unroll
+  for (int k = 0; k < 3; ++k)
+    if (k < nstates) {
+      const DevState& st = t.state[k];
+      if (!st.data || st.bits == 32) continue;
+      const int* src = reinterpret_cast<const int*>(tb.codebooks + st.codebook);
+      int* dst = reinterpret_cast<int*>(cbs + k);
+      for (int i = threadIdx.x; i < int(sizeof(Codebook) / sizeof(int)); i += T) dst[i] = src[i];
+    }
   __syncthreads();  // codebooks and scalars ready
 
   const DevHeader hdr = *args_header(tb.args);
@@ -138,7 +139,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
     // 2. Per element: dequantize with the old absmax, update, store the parameter; stage the new
     //    state values of quantized slots and their block maxima.
     float old_amax[3];
-    #pragma unroll
+#pragma unroll
     for (int k = 0; k < 3; ++k) {
       const DevState& st = t.state[k];
       old_amax[k] = (k < nstates && st.data && st.bits != 32) ? st.absmax[b] : 0.0f;
@@ -155,9 +156,10 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
         continue;
       }
       float s[3] = {0.0f, 0.0f, 0.0f};
-      #pragma unroll
-      for (int k = 0; k < 3; ++k) if (k < nstates)
-        if (t.state[k].data) s[k] = load_state(t.state[k], cbs[k], old_amax[k], k_el);
+#pragma unroll
+      for (int k = 0; k < 3; ++k)
+        if (k < nstates)
+          if (t.state[k].data) s[k] = load_state(t.state[k], cbs[k], old_amax[k], k_el);
       if (phase == kPhaseNorms) {  // LAMB: the update direction, states left as they were
         float u = 0.0f;
         update_element_any(kind, h, p, g, s[0], s[1], s[2], &u);
@@ -172,18 +174,19 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
       } else {
         store_f32<P>(t.param, k_el, np);
       }
-      #pragma unroll
-      for (int k = 0; k < 3; ++k) if (k < nstates) {
-        const DevState& st = t.state[k];
-        if (!st.data) continue;
-        if (st.bits == 32) {
-          static_cast<float*>(st.data)[k_el] = s[k];
-        } else {
-          stage[std::int64_t(k) * tb.max_block + i] = s[k];
-          const unsigned a = magnitude_key(s[k]);
-          am.v[k] = a > am.v[k] ? a : am.v[k];
+#pragma unroll
+      for (int k = 0; k < 3; ++k)
+        if (k < nstates) {
+          const DevState& st = t.state[k];
+          if (!st.data) continue;
+          if (st.bits == 32) {
+            static_cast<float*>(st.data)[k_el] = s[k];
+          } else {
+            stage[std::int64_t(k) * tb.max_block + i] = s[k];
+            const unsigned a = magnitude_key(s[k]);
+            am.v[k] = a > am.v[k] ? a : am.v[k];
+          }
         }
-      }
     }
 
     if (phase == kPhaseNorms) {
@@ -201,7 +204,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
     // 3. New block scales of the quantized states: max |x|, or a percentile of |x|.
     am = ReduceU3(reduce_tmp.u3).Reduce(am, MaxU3());
     if (threadIdx.x == 0)
-      #pragma unroll
+#pragma unroll
       for (int k = 0; k < 3; ++k) sh.scale[k] = bits_f32(am.v[k]);
     __syncthreads();
     if (clip && len > 1) {
@@ -209,49 +212,51 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
       // thread ranks its own elements by counting, the one holding rank kq writes it. Ties give
       // the same value either way.
       const int kq = percentile_rank(hdr.percentile, len);
-      #pragma unroll
-      for (int k = 0; k < 3; ++k) if (k < nstates) {
-        const DevState& st = t.state[k];
-        if (!st.data || st.bits == 32) continue;
-        const float* v = stage + std::int64_t(k) * tb.max_block;
-        for (int i = threadIdx.x; i < len; i += T) {
-          const unsigned a = magnitude_key(v[i]);
-          int less = 0, le = 0;
-          for (int j = 0; j < len; ++j) {
-            const unsigned c = magnitude_key(v[j]);
-            less += c < a;
-            le += c <= a;
+#pragma unroll
+      for (int k = 0; k < 3; ++k)
+        if (k < nstates) {
+          const DevState& st = t.state[k];
+          if (!st.data || st.bits == 32) continue;
+          const float* v = stage + std::int64_t(k) * tb.max_block;
+          for (int i = threadIdx.x; i < len; i += T) {
+            const unsigned a = magnitude_key(v[i]);
+            int less = 0, le = 0;
+            for (int j = 0; j < len; ++j) {
+              const unsigned c = magnitude_key(v[j]);
+              less += c < a;
+              le += c <= a;
+            }
+            if (rank_holds(less, le, kq)) sh.scale[k] = bits_f32(a);
           }
-          if (rank_holds(less, le, kq)) sh.scale[k] = bits_f32(a);
         }
-      }
       __syncthreads();
     }
 
-    // 4. Requantize with the new scales.
-    #pragma unroll
-    for (int k = 0; k < 3; ++k) if (k < nstates) {
-      const DevState& st = t.state[k];
-      if (!st.data || st.bits == 32) continue;
-      const float scale = sh.scale[k];
-      if (threadIdx.x == 0) st.absmax[b] = scale;
-      const float div = scale > 0.0f ? scale : 1.0f;
-      const bool sr = stochastic || st.stochastic != 0;
-      const std::uint64_t key = sr ? step_stream_key(hdr.seed, t.rng_stream, gstep, k) : 0;
-      const float* v = stage + std::int64_t(k) * tb.max_block;
-      std::uint8_t* codes = static_cast<std::uint8_t*>(st.data);
-      if (st.bits == 8) {
-        for (int i = threadIdx.x; i < len; i += T)
-          codes[i0 + i] = std::uint8_t(encode(cbs[k], v[i], div, clip, sr, key, i0 + i));
-      } else {
-        for (int q = threadIdx.x; 2 * q < len; q += T) {
-          const unsigned lo = encode(cbs[k], v[2 * q], div, clip, sr, key, i0 + 2 * q);
-          const unsigned hi = (2 * q + 1 < len) ? encode(cbs[k], v[2 * q + 1], div, clip, sr, key, i0 + 2 * q + 1)
-                                                : 0u;
-          codes[(i0 >> 1) + q] = std::uint8_t(lo | (hi << 4));
+// 4. Requantize with the new scales.
+#pragma unroll
+    for (int k = 0; k < 3; ++k)
+      if (k < nstates) {
+        const DevState& st = t.state[k];
+        if (!st.data || st.bits == 32) continue;
+        const float scale = sh.scale[k];
+        if (threadIdx.x == 0) st.absmax[b] = scale;
+        const float div = scale > 0.0f ? scale : 1.0f;
+        const bool sr = stochastic || st.stochastic != 0;
+        const std::uint64_t key = sr ? step_stream_key(hdr.seed, t.rng_stream, gstep, k) : 0;
+        const float* v = stage + std::int64_t(k) * tb.max_block;
+        std::uint8_t* codes = static_cast<std::uint8_t*>(st.data);
+        if (st.bits == 8) {
+          for (int i = threadIdx.x; i < len; i += T)
+            codes[i0 + i] = std::uint8_t(encode(cbs[k], v[i], div, clip, sr, key, i0 + i));
+        } else {
+          for (int q = threadIdx.x; 2 * q < len; q += T) {
+            const unsigned lo = encode(cbs[k], v[2 * q], div, clip, sr, key, i0 + 2 * q);
+            const unsigned hi =
+                (2 * q + 1 < len) ? encode(cbs[k], v[2 * q + 1], div, clip, sr, key, i0 + 2 * q + 1) : 0u;
+            codes[(i0 >> 1) + q] = std::uint8_t(lo | (hi << 4));
+          }
         }
       }
-    }
     __syncthreads();  // the staging buffers and shared scalars are reused by the next block
   }
 }
@@ -269,8 +274,10 @@ __global__ void __launch_bounds__(T) step_kernel(Tables tb, int phase) {
     int lo = 0, hi = tb.n_tensors;
     while (hi - lo > 1) {
       const int mid = (lo + hi) / 2;
-      if (tb.tile_offsets[mid] <= tile) lo = mid;
-      else hi = mid;
+      if (tb.tile_offsets[mid] <= tile)
+        lo = mid;
+      else
+        hi = mid;
     }
     ti = lo;
   }
@@ -280,14 +287,20 @@ __global__ void __launch_bounds__(T) step_kernel(Tables tb, int phase) {
     const std::int64_t local = tile - tb.tile_offsets[ti];
     const bool g32 = DType(grad.dtype) == DType::f32;
     switch (DType(t.param_dtype)) {
-      case DType::f32: run_tile<DType::f32, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars); break;
+      case DType::f32:
+        run_tile<DType::f32, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars);
+        break;
       case DType::f16:
-        if (g32) run_tile<DType::f16, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars);
-        else run_tile<DType::f16, DType::f16>(tb, t, ti, grad, local, phase, smem, scalars);
+        if (g32)
+          run_tile<DType::f16, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars);
+        else
+          run_tile<DType::f16, DType::f16>(tb, t, ti, grad, local, phase, smem, scalars);
         break;
       case DType::bf16:
-        if (g32) run_tile<DType::bf16, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars);
-        else run_tile<DType::bf16, DType::bf16>(tb, t, ti, grad, local, phase, smem, scalars);
+        if (g32)
+          run_tile<DType::bf16, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars);
+        else
+          run_tile<DType::bf16, DType::bf16>(tb, t, ti, grad, local, phase, smem, scalars);
         break;
     }
     if (phase == kPhaseNorms) {

@@ -56,7 +56,8 @@ __global__ void prepare_step(HpSource src, const float* hp_dynamic, const std::i
     const long long s = *step;
     ok = finite && s >= 1;
     taken = ok ? s - 1 : 0;
-    *reinterpret_cast<HyperParams*>(args + sizeof(detail::DevHeader) + sizeof(detail::DevGrad) * std::size_t(n_tensors)) =
+    *reinterpret_cast<HyperParams*>(args + sizeof(detail::DevHeader) +
+                                    sizeof(detail::DevGrad) * std::size_t(n_tensors)) =
         hparams_from_array(hp, src.flags);
     counters->global_step = static_cast<unsigned long long>(taken);
   }
@@ -88,9 +89,15 @@ __global__ void subtract_kernel(const SubTensor* tensors, int first) {
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < s.n; i += stride) {
     switch (DType(s.dtype)) {
-      case DType::f32: subtract_at<DType::f32>(s, i); break;
-      case DType::f16: subtract_at<DType::f16>(s, i); break;
-      case DType::bf16: subtract_at<DType::bf16>(s, i); break;
+      case DType::f32:
+        subtract_at<DType::f32>(s, i);
+        break;
+      case DType::f16:
+        subtract_at<DType::f16>(s, i);
+        break;
+      case DType::bf16:
+        subtract_at<DType::bf16>(s, i);
+        break;
     }
   }
 }
@@ -101,7 +108,7 @@ std::size_t align_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a;
 
 struct Launch::Impl {
   detail::StepLayout layout;
-  std::size_t o_step = 0;     // the step tables' offset in scratch (after the subtract table)
+  std::size_t o_step = 0;  // the step tables' offset in scratch (after the subtract table)
   std::size_t total = 0;
   std::vector<unsigned char> image;  // scratch [0, image.size()): subtract table, then the step tables
   HpSource hp{};
@@ -116,7 +123,8 @@ Launch::Launch(const Call& c, const char* fn) : impl_(std::make_unique<Impl>()) 
   Impl& I = *impl_;
   // NAdam's running mu_product is state the call's operands do not carry.
   if (c.cfg.kind == OptimKind::nadam)
-    throw std::invalid_argument(std::string(fn) + ": NAdam is not supported by the XLA handler (its per-tensor "
+    throw std::invalid_argument(std::string(fn) +
+                                ": NAdam is not supported by the XLA handler (its per-tensor "
                                 "mu_product is not among the operands)");
   std::vector<int> groups(c.n, 0);
   I.layout = detail::layout_step(c.cfg, c.tensors, c.n, groups.data(), 1, fn);

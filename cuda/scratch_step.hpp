@@ -24,8 +24,8 @@
 namespace octopt::cuda::xla {
 
 struct Call {
-  StepConfig cfg;                      // kind, host codebooks, seed, stochastic flags (step: unused)
-  const StepTensor* tensors = nullptr;    // device pointers: the results, already holding the operands' values
+  StepConfig cfg;                       // kind, host codebooks, seed, stochastic flags (step: unused)
+  const StepTensor* tensors = nullptr;  // device pointers: the results, already holding the operands' values
   std::size_t n = 0;
   const void* const* params_in = nullptr;  // updates mode: tensor t's parameter before the step; null: params mode
   const float* hp_dynamic = nullptr;       // device, kNumHyperParams values

@@ -14,8 +14,8 @@ namespace octopt::cuda::detail {
 struct StepLayout {
   // Byte offsets in the region (256-aligned), in this order: tensors | tile offsets | codebooks |
   // mu products | args | steps | counters | trust | tile counters | block partials | chunk partials.
-  std::size_t o_tensors = 0, o_tiles = 0, o_cb = 0, o_mu = 0, o_args = 0, o_steps = 0, o_counters = 0,
-              o_trust = 0, o_tile_counters = 0, o_block_partials = 0, o_chunk_partials = 0;
+  std::size_t o_tensors = 0, o_tiles = 0, o_cb = 0, o_mu = 0, o_args = 0, o_steps = 0, o_counters = 0, o_trust = 0,
+              o_tile_counters = 0, o_block_partials = 0, o_chunk_partials = 0;
   std::size_t total = 0;       // bytes of the region
   std::size_t args_bytes = 0;  // of the per-step argument blob (at o_args)
   std::size_t smem = 0;        // dynamic shared memory of step_kernel

@@ -35,6 +35,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 RAGGED_SIZES = (1, 255, 4097, 2**20)
 BLOCK_SIZES = (32, 64, 256, 4096)
 
+
 @functools.cache
 def import_optional(name: str) -> Any:
     """The module, or None when it is not installed or fails to import."""

@@ -124,8 +124,14 @@ int main(int argc, char** argv) {
     for (int bits : {32, 8}) {
       Tensors many = make(n, e, bits, block_size, views), one = make(1, e * n, bits, block_size, false);
       octopt::StepWorkspace ws_many, ws_one;
-      auto step_many = [&] { ++cfg.step; octopt::step(cfg, many.slots.data(), many.slots.size(), ws_many); };
-      auto step_one = [&] { ++cfg.step; octopt::step(cfg, one.slots.data(), one.slots.size(), ws_one); };
+      auto step_many = [&] {
+        ++cfg.step;
+        octopt::step(cfg, many.slots.data(), many.slots.size(), ws_many);
+      };
+      auto step_one = [&] {
+        ++cfg.step;
+        octopt::step(cfg, one.slots.data(), one.slots.size(), ws_one);
+      };
       std::int64_t t = 1;
       auto scalars = [&] {
         ++t;
@@ -138,12 +144,14 @@ int main(int argc, char** argv) {
                                       rounds, reps);
       octopt::cpu::probe_baseline::Levels levels;
       volatile float sink = 0.0f;
-      const double l = best_median_ns([&] {
-        octopt::cpu::probe_baseline::make_levels(books[0], levels);
-        sink = sink + levels.lvl[1];
-      }, rounds, reps, 100);
-      std::printf("core %d %d %lld %d %.0f %.0f %.0f %.0f %.0f\n", bits, n, static_cast<long long>(e), threads, a, b,
-                  c, d, l);
+      const double l = best_median_ns(
+          [&] {
+            octopt::cpu::probe_baseline::make_levels(books[0], levels);
+            sink = sink + levels.lvl[1];
+          },
+          rounds, reps, 100);
+      std::printf("core %d %d %lld %d %.0f %.0f %.0f %.0f %.0f\n", bits, n, static_cast<long long>(e), threads, a, b, c,
+                  d, l);
     }
   }
   return 0;

@@ -72,8 +72,8 @@ std::uintptr_t buffers(nb::list s, std::int64_t size) {
     Py_buffer view;
     if (PyObject_GetBuffer(PyList_GET_ITEM(s.ptr(), Py_ssize_t(i)), &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
       throw nb::python_error();
-    const bool ok = view.itemsize == 4 && view.format && view.format[0] == 'f' && view.format[1] == 0 &&
-                    view.len == size * 4;
+    const bool ok =
+        view.itemsize == 4 && view.format && view.format[0] == 'f' && view.format[1] == 0 && view.len == size * 4;
     acc += reinterpret_cast<std::uintptr_t>(view.buf);
     PyBuffer_Release(&view);
     if (!ok) throw std::invalid_argument("buffer: not float32 of the expected size");

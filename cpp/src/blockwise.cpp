@@ -41,8 +41,7 @@ std::int64_t block_grain(int block_size) { return std::max<std::int64_t>(1, 1638
 }  // namespace
 
 std::int64_t quantize_blockwise(const void* x, DType dtype, std::int64_t n, const Codebook& cb, int block_size,
-                                int bits, Rounding rounding, std::uint64_t seed, std::uint8_t* codes,
-                                float* absmax) {
+                                int bits, Rounding rounding, std::uint64_t seed, std::uint8_t* codes, float* absmax) {
   validate_blockwise(n, cb, block_size, bits, "quantize_blockwise");
   const cpu::Kernels& k = cpu::active();
   const std::uint64_t key = rng_key(seed, 0);

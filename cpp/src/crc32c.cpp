@@ -60,8 +60,7 @@ std::uint32_t crc32c_portable(std::uint32_t crc, const void* data, std::size_t s
 
 #if OCTOPT_CRC32C_X86
 
-__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(std::uint32_t crc, const void* data,
-                                                              std::size_t size) {
+__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(std::uint32_t crc, const void* data, std::size_t size) {
   const auto* p = static_cast<const unsigned char*>(data);
   std::uint32_t c = ~crc;
 #if defined(__x86_64__)
@@ -106,8 +105,10 @@ namespace octopt {
 
 std::uint32_t crc32c(const void* data, std::size_t size, Crc32cImpl impl) {
   switch (impl) {
-    case Crc32cImpl::automatic: return detail::crc32c(0, data, size);
-    case Crc32cImpl::portable: return detail::crc32c_portable(0, data, size);
+    case Crc32cImpl::automatic:
+      return detail::crc32c(0, data, size);
+    case Crc32cImpl::portable:
+      return detail::crc32c_portable(0, data, size);
     case Crc32cImpl::sse42:
       if (!detail::crc32c_have_sse42())
         throw std::invalid_argument("crc32c: argument 'impl' is sse4.2, which this CPU or build does not offer");

@@ -31,7 +31,9 @@ void dequantize_blockwise(const std::uint8_t*, const float*, std::int64_t, const
 
 struct DevicePlan::Impl {};
 
-DevicePlan::DevicePlan(const StepConfig&, const StepTensor*, std::size_t, const int*, int, int, const char*) { no_cuda(); }
+DevicePlan::DevicePlan(const StepConfig&, const StepTensor*, std::size_t, const int*, int, int, const char*) {
+  no_cuda();
+}
 DevicePlan::~DevicePlan() = default;
 int DevicePlan::device() const { return -1; }
 std::size_t DevicePlan::size() const { return 0; }

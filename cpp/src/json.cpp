@@ -136,13 +136,20 @@ Json Json::object(Object members) {
 
 const char* Json::kind_name(Kind k) {
   switch (k) {
-    case Kind::null: return "null";
-    case Kind::boolean: return "a boolean";
-    case Kind::integer: return "an integer";
-    case Kind::number: return "a number";
-    case Kind::string: return "a string";
-    case Kind::array: return "an array";
-    case Kind::object: return "an object";
+    case Kind::null:
+      return "null";
+    case Kind::boolean:
+      return "a boolean";
+    case Kind::integer:
+      return "an integer";
+    case Kind::number:
+      return "a number";
+    case Kind::string:
+      return "a string";
+    case Kind::array:
+      return "an array";
+    case Kind::object:
+      return "an object";
   }
   return "?";
 }
@@ -264,12 +271,21 @@ class Parser {
   Json parse_value() {
     if (at_end()) fail(i_, "expected a JSON value, found end of input");
     switch (t_[i_]) {
-      case '{': return parse_object();
-      case '[': return parse_array();
-      case '"': return Json::string(parse_string());
-      case 't': literal("true"); return Json::boolean(true);
-      case 'f': literal("false"); return Json::boolean(false);
-      case 'n': literal("null"); return Json();
+      case '{':
+        return parse_object();
+      case '[':
+        return parse_array();
+      case '"':
+        return Json::string(parse_string());
+      case 't':
+        literal("true");
+        return Json::boolean(true);
+      case 'f':
+        literal("false");
+        return Json::boolean(false);
+      case 'n':
+        literal("null");
+        return Json();
       default:
         if (t_[i_] == '-' || (t_[i_] >= '0' && t_[i_] <= '9')) return parse_number();
         fail(i_, "expected a JSON value, found " + describe(i_));
@@ -367,10 +383,14 @@ class Parser {
     for (std::size_t k = 0; k < 4; ++k) {
       const char c = t_[at + k];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= std::uint32_t(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= std::uint32_t(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= std::uint32_t(c - 'A' + 10);
-      else fail(at + k, "invalid hex digit in a \\u escape: " + describe(at + k));
+      if (c >= '0' && c <= '9')
+        v |= std::uint32_t(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= std::uint32_t(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= std::uint32_t(c - 'A' + 10);
+      else
+        fail(at + k, "invalid hex digit in a \\u escape: " + describe(at + k));
     }
     return v;
   }
@@ -394,14 +414,30 @@ class Parser {
         if (at_end()) fail(start, "unterminated string");
         const char e = t_[i_++];
         switch (e) {
-          case '"': out += '"'; break;
-          case '\\': out += '\\'; break;
-          case '/': out += '/'; break;
-          case 'b': out += '\b'; break;
-          case 'f': out += '\f'; break;
-          case 'n': out += '\n'; break;
-          case 'r': out += '\r'; break;
-          case 't': out += '\t'; break;
+          case '"':
+            out += '"';
+            break;
+          case '\\':
+            out += '\\';
+            break;
+          case '/':
+            out += '/';
+            break;
+          case 'b':
+            out += '\b';
+            break;
+          case 'f':
+            out += '\f';
+            break;
+          case 'n':
+            out += '\n';
+            break;
+          case 'r':
+            out += '\r';
+            break;
+          case 't':
+            out += '\t';
+            break;
           case 'u': {
             std::uint32_t cp = hex4(i_);
             i_ += 4;
@@ -416,7 +452,8 @@ class Parser {
             append_utf8(out, cp);
             break;
           }
-          default: fail(esc, "invalid escape sequence '\\" + printable(std::string_view(&e, 1)) + "'");
+          default:
+            fail(esc, "invalid escape sequence '\\" + printable(std::string_view(&e, 1)) + "'");
         }
         continue;
       }
@@ -483,19 +520,32 @@ Json parse_json(std::string_view text, const JsonParseOptions& options) {
 namespace {
 
 void write_string(const std::string& s, std::string& out) {
-  if (!is_valid_utf8(s))
-    throw std::invalid_argument("write_json: string \"" + printable(s) + "\" is not valid UTF-8");
+  if (!is_valid_utf8(s)) throw std::invalid_argument("write_json: string \"" + printable(s) + "\" is not valid UTF-8");
   out += '"';
   for (const char ch : s) {
     const unsigned char c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           out += "\\u00";
@@ -513,8 +563,12 @@ void write_string(const std::string& s, std::string& out) {
 
 void write_json(const Json& v, std::string& out) {
   switch (v.kind()) {
-    case Json::Kind::null: out += "null"; return;
-    case Json::Kind::boolean: out += v.as_bool() ? "true" : "false"; return;
+    case Json::Kind::null:
+      out += "null";
+      return;
+    case Json::Kind::boolean:
+      out += v.as_bool() ? "true" : "false";
+      return;
     case Json::Kind::integer:
       if (v.negative()) out += '-';
       out += std::to_string(v.magnitude());
@@ -529,7 +583,9 @@ void write_json(const Json& v, std::string& out) {
       if (s.find_first_of(".e") == std::string_view::npos) out += ".0";  // stays a non-integer when re-read
       return;
     }
-    case Json::Kind::string: write_string(v.as_string(), out); return;
+    case Json::Kind::string:
+      write_string(v.as_string(), out);
+      return;
     case Json::Kind::array: {
       out += '[';
       bool first = true;

@@ -46,10 +46,10 @@ class Json {
 
   // Accessors throw std::logic_error when the kind does not match.
   bool as_bool() const;
-  std::uint64_t as_uint64() const;  // a non-negative integer, exact
-  std::uint64_t magnitude() const;  // an integer's absolute value, exact
+  std::uint64_t as_uint64() const;             // a non-negative integer, exact
+  std::uint64_t magnitude() const;             // an integer's absolute value, exact
   bool negative() const { return negative_; }  // an integer below zero
-  double as_double() const;         // any number (integers above 2^53 round)
+  double as_double() const;                    // any number (integers above 2^53 round)
   const std::string& as_string() const;
   const Array& as_array() const;
   const Object& as_object() const;
@@ -64,12 +64,12 @@ class Json {
 
  private:
   Kind kind_ = Kind::null;
-  bool negative_ = false;       // integer: sign; magnitude in u_
-  std::uint64_t u_ = 0;         // integer magnitude, or boolean
-  double d_ = 0;                // number
-  std::string s_;               // string
-  Array a_;                     // array
-  Object o_;                    // object
+  bool negative_ = false;  // integer: sign; magnitude in u_
+  std::uint64_t u_ = 0;    // integer magnitude, or boolean
+  double d_ = 0;           // number
+  std::string s_;          // string
+  Array a_;                // array
+  Object o_;               // object
 };
 
 struct JsonParseOptions {

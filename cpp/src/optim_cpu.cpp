@@ -57,12 +57,14 @@ void validate_step(const StepConfig& cfg, const StepTensor* tensors, std::size_t
     if (cfg.kind == OptimKind::nadam && !(s.mu_product >= 0.0f && s.mu_product <= 1.0f))
       throw std::invalid_argument(where() + "mu_product must be in [0, 1], got " + std::to_string(s.mu_product));
     if (s.grad && s.grad_dtype != s.param_dtype && s.grad_dtype != DType::f32)
-      throw std::invalid_argument(where() + "gradient dtype " + dtype_name(s.grad_dtype) + " must be the parameter's (" +
-                                  dtype_name(s.param_dtype) + ") or float32");
+      throw std::invalid_argument(where() + "gradient dtype " + dtype_name(s.grad_dtype) +
+                                  " must be the parameter's (" + dtype_name(s.param_dtype) + ") or float32");
     for (int k = 0; k < 3; ++k) {
       const StateBuffer& st = s.state[k];
       if (!st.data) continue;
-      if (k >= nstates) throw std::invalid_argument(where() + "state slot " + std::to_string(k) + " is not used by " + optim_name(cfg.kind));
+      if (k >= nstates)
+        throw std::invalid_argument(where() + "state slot " + std::to_string(k) + " is not used by " +
+                                    optim_name(cfg.kind));
       if (st.bits != 32 && st.bits != 8 && st.bits != 4)
         throw std::invalid_argument(where() + "state bits must be 32, 8 or 4, got " + std::to_string(st.bits));
       if (st.bits == 32) continue;

@@ -34,20 +34,23 @@ const std::vector<HParamDef>& hparam_defs() {
       {HParam::eps, "eps", "eps", "eps", T::real, 0.0, kInf, false, "added to the denominator"},
       {HParam::weight_decay, "weight_decay", "weight_decay", "weight_decay", T::real, 0.0, kInf, false, "weight decay"},
       {HParam::momentum, "momentum", "momentum", "momentum", T::real, 0.0, kInf, false, "momentum factor"},
-      {HParam::dampening, "dampening", "dampening", "dampening", T::real, 0.0, 1.0, false, "SGD: dampening of the momentum"},
+      {HParam::dampening, "dampening", "dampening", "dampening", T::real, 0.0, 1.0, false,
+       "SGD: dampening of the momentum"},
       {HParam::nesterov, "nesterov", "nesterov", "nesterov", T::flag, 0.0, 1.0, false, "SGD: Nesterov momentum"},
       {HParam::alpha, "alpha", "alpha", "alpha", T::real, 0.0, kInf, false,
        "RMSprop: smoothing constant (in [0, 1)); AdEMAMix: mixing weight of the slow EMA"},
       {HParam::centered, "centered", "centered", "centered", T::flag, 0.0, 1.0, false, "RMSprop: centered variant"},
       {HParam::lr_decay, "lr_decay", "lr_decay", "lr_decay", T::real, 0.0, kInf, false, "Adagrad: learning-rate decay"},
       {HParam::eta, "eta", "eta", "eta", T::real, 0.0, kInf, false, "LARS: trust coefficient"},
-      {HParam::t_alpha, "t_alpha", "t_alpha", "t_alpha", T::optional_real, 0.0, kInf, false, "AdEMAMix: alpha warm-up (steps)"},
-      {HParam::t_beta3, "t_beta3", "t_beta3", "t_beta3", T::optional_real, 0.0, kInf, false, "AdEMAMix: beta3 warm-up (steps)"},
+      {HParam::t_alpha, "t_alpha", "t_alpha", "t_alpha", T::optional_real, 0.0, kInf, false,
+       "AdEMAMix: alpha warm-up (steps)"},
+      {HParam::t_beta3, "t_beta3", "t_beta3", "t_beta3", T::optional_real, 0.0, kInf, false,
+       "AdEMAMix: beta3 warm-up (steps)"},
       {HParam::bias_correction, "bias_correction", "bias_correction", "bias_correction", T::flag, 0.0, 1.0, false,
        "LAMB: Adam's bias corrections"},
       {HParam::maximize, "maximize", "maximize", "maximize", T::flag, 0.0, 1.0, false, "maximize the objective"},
-      {HParam::decoupled_weight_decay, "decoupled_weight_decay", "decoupled_weight_decay", "decoupled_weight_decay", T::flag, 0.0, 1.0, false,
-       "RAdam/NAdam: AdamW-style weight decay"},
+      {HParam::decoupled_weight_decay, "decoupled_weight_decay", "decoupled_weight_decay", "decoupled_weight_decay",
+       T::flag, 0.0, 1.0, false, "RAdam/NAdam: AdamW-style weight decay"},
       {HParam::momentum_decay, "momentum_decay", "momentum_decay", "momentum_decay", T::real, 0.0, kInf, false,
        "NAdam: momentum decay psi"},
   };
@@ -81,53 +84,109 @@ const std::vector<OptimDef>& optim_defs() {
       return out;
     };
     std::vector<OptimDef> d;
-    d.push_back({OptimKind::adam, "adam", "Adam", "torch.optim.Adam semantics: L2 weight decay added to the gradient.",
-                 slots_of(OptimKind::adam), {"lr", "betas", "eps", "weight_decay", "maximize"}, 2, with({}), 0.0});
-    d.push_back({OptimKind::adamw, "adamw", "AdamW",
-                 "torch.optim.AdamW semantics: decoupled weight decay applied before the update.", slots_of(OptimKind::adam),
-                 {"lr", "betas", "eps", "weight_decay", "maximize"}, 2, with({{H::weight_decay, 1e-2}}), 0.0});
-    d.push_back({OptimKind::sgd, "sgd", "SGD",
+    d.push_back({OptimKind::adam,
+                 "adam",
+                 "Adam",
+                 "torch.optim.Adam semantics: L2 weight decay added to the gradient.",
+                 slots_of(OptimKind::adam),
+                 {"lr", "betas", "eps", "weight_decay", "maximize"},
+                 2,
+                 with({}),
+                 0.0});
+    d.push_back({OptimKind::adamw,
+                 "adamw",
+                 "AdamW",
+                 "torch.optim.AdamW semantics: decoupled weight decay applied before the update.",
+                 slots_of(OptimKind::adam),
+                 {"lr", "betas", "eps", "weight_decay", "maximize"},
+                 2,
+                 with({{H::weight_decay, 1e-2}}),
+                 0.0});
+    d.push_back({OptimKind::sgd,
+                 "sgd",
+                 "SGD",
                  "torch.optim.SGD semantics: momentum, dampening, Nesterov; the buffer starts at the first gradient.",
                  slots_of(OptimKind::sgd),
-                 {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"}, 0, with({}), 0.0});
-    d.push_back({OptimKind::rmsprop, "rmsprop", "RMSprop",
+                 {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"},
+                 0,
+                 with({}),
+                 0.0});
+    d.push_back({OptimKind::rmsprop,
+                 "rmsprop",
+                 "RMSprop",
                  "torch.optim.RMSprop semantics, with optional momentum and centering.",
                  slots_of(OptimKind::rmsprop),
-                 {"lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize"}, 0,
-                 with({{H::lr, 1e-2}}), 0.0});
-    d.push_back({OptimKind::adagrad, "adagrad", "Adagrad",
-                 "torch.optim.Adagrad semantics (lr_decay, initial_accumulator_value).", slots_of(OptimKind::adagrad),
-                 {"lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps", "maximize"}, 0,
-                 with({{H::lr, 1e-2}, {H::eps, 1e-10}}), 0.0});
-    d.push_back({OptimKind::lion, "lion", "Lion",
+                 {"lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize"},
+                 0,
+                 with({{H::lr, 1e-2}}),
+                 0.0});
+    d.push_back({OptimKind::adagrad,
+                 "adagrad",
+                 "Adagrad",
+                 "torch.optim.Adagrad semantics (lr_decay, initial_accumulator_value).",
+                 slots_of(OptimKind::adagrad),
+                 {"lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps", "maximize"},
+                 0,
+                 with({{H::lr, 1e-2}, {H::eps, 1e-10}}),
+                 0.0});
+    d.push_back({OptimKind::lion,
+                 "lion",
+                 "Lion",
                  "Lion (Chen et al. 2023): sign of an interpolated momentum, decoupled weight decay.",
-                 slots_of(OptimKind::lion), {"lr", "betas", "weight_decay", "maximize"}, 2,
-                 with({{H::lr, 1e-4}, {H::beta2, 0.99}}), 0.0});
-    d.push_back({OptimKind::ademamix, "ademamix", "AdEMAMix",
+                 slots_of(OptimKind::lion),
+                 {"lr", "betas", "weight_decay", "maximize"},
+                 2,
+                 with({{H::lr, 1e-4}, {H::beta2, 0.99}}),
+                 0.0});
+    d.push_back({OptimKind::ademamix,
+                 "ademamix",
+                 "AdEMAMix",
                  "AdEMAMix (Pagliardini et al. 2024): Adam plus a slow EMA mixed in with weight alpha; optional "
                  "warm-ups t_alpha and t_beta3 (in steps).",
                  slots_of(OptimKind::ademamix),
-                 {"lr", "betas", "alpha", "t_alpha", "t_beta3", "eps", "weight_decay", "maximize"}, 3,
-                 with({{H::alpha, 5.0}, {H::weight_decay, 1e-2}}), 0.0});
-    d.push_back({OptimKind::lamb, "lamb", "LAMB",
-                 "LAMB (You et al. 2020): Adam direction plus decoupled decay, scaled per tensor by ||w|| / ||update||.",
-                 slots_of(OptimKind::adam), {"lr", "betas", "eps", "weight_decay", "bias_correction", "maximize"}, 2,
-                 with({{H::eps, 1e-6}}), 0.0});
-    d.push_back({OptimKind::lars, "lars", "LARS",
+                 {"lr", "betas", "alpha", "t_alpha", "t_beta3", "eps", "weight_decay", "maximize"},
+                 3,
+                 with({{H::alpha, 5.0}, {H::weight_decay, 1e-2}}),
+                 0.0});
+    d.push_back(
+        {OptimKind::lamb,
+         "lamb",
+         "LAMB",
+         "LAMB (You et al. 2020): Adam direction plus decoupled decay, scaled per tensor by ||w|| / ||update||.",
+         slots_of(OptimKind::adam),
+         {"lr", "betas", "eps", "weight_decay", "bias_correction", "maximize"},
+         2,
+         with({{H::eps, 1e-6}}),
+         0.0});
+    d.push_back({OptimKind::lars,
+                 "lars",
+                 "LARS",
                  "LARS (You et al. 2017): momentum SGD with the per-tensor rate eta * ||w|| / (||g|| + wd ||w||).",
-                 slots_of(OptimKind::lars), {"lr", "momentum", "weight_decay", "eta", "maximize"}, 0,
-                 with({{H::momentum, 0.9}}), 0.0});
-    d.push_back({OptimKind::radam, "radam", "RAdam",
+                 slots_of(OptimKind::lars),
+                 {"lr", "momentum", "weight_decay", "eta", "maximize"},
+                 0,
+                 with({{H::momentum, 0.9}}),
+                 0.0});
+    d.push_back({OptimKind::radam,
+                 "radam",
+                 "RAdam",
                  "torch.optim.RAdam semantics: Adam with the variance rectification of Liu et al. 2020 (an SGD-like "
                  "step while the second moment is unreliable); L2 or decoupled weight decay.",
-                 slots_of(OptimKind::radam), {"lr", "betas", "eps", "weight_decay", "decoupled_weight_decay", "maximize"},
-                 2, with({}), 0.0});
-    d.push_back({OptimKind::nadam, "nadam", "NAdam",
+                 slots_of(OptimKind::radam),
+                 {"lr", "betas", "eps", "weight_decay", "decoupled_weight_decay", "maximize"},
+                 2,
+                 with({}),
+                 0.0});
+    d.push_back({OptimKind::nadam,
+                 "nadam",
+                 "NAdam",
                  "torch.optim.NAdam semantics: Adam with Nesterov momentum and the momentum schedule of Dozat 2016 "
                  "(momentum_decay); L2 or decoupled weight decay.",
                  slots_of(OptimKind::nadam),
-                 {"lr", "betas", "eps", "weight_decay", "momentum_decay", "decoupled_weight_decay", "maximize"}, 2,
-                 with({{H::lr, 2e-3}}), 0.0});
+                 {"lr", "betas", "eps", "weight_decay", "momentum_decay", "decoupled_weight_decay", "maximize"},
+                 2,
+                 with({{H::lr, 2e-3}}),
+                 0.0});
     return d;
   }();
   return defs;
@@ -278,12 +337,13 @@ void validate_layout(const LayoutOptions& lo, const char* fn) {
                                 std::to_string(lo.first_moment_bits));
   const int bs = lo.block_size;
   if (bs != 0 && (bs < kMinBlockSize || bs > kMaxBlockSize || (bs & (bs - 1))))
-    throw std::invalid_argument(f + ": 'block_size' must be a power of two in [" + std::to_string(kMinBlockSize) + ", " +
-                                std::to_string(kMaxBlockSize) + "], got " + std::to_string(bs));
+    throw std::invalid_argument(f + ": 'block_size' must be a power of two in [" + std::to_string(kMinBlockSize) +
+                                ", " + std::to_string(kMaxBlockSize) + "], got " + std::to_string(bs));
   if (lo.min_8bit_size < 0)
     throw std::invalid_argument(f + ": 'min_8bit_size' must be an int >= 0, got " + std::to_string(lo.min_8bit_size));
   const double v = lo.initial_accumulator_value;
-  if (!std::isfinite(v)) throw std::invalid_argument(f + ": 'initial_accumulator_value' must be finite, got " + format_real(v));
+  if (!std::isfinite(v))
+    throw std::invalid_argument(f + ": 'initial_accumulator_value' must be finite, got " + format_real(v));
   if (v < 0.0)
     throw std::invalid_argument(f + ": 'initial_accumulator_value' must be in >= 0.0, got " + format_real(v));
 }

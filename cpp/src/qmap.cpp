@@ -54,8 +54,8 @@ std::vector<float> dynamic_map(bool is_signed, int max_exponent_bits, int total_
   const int additional_items = (1 << (non_sign_bits - max_exponent_bits)) - 1;
   int i = 0;
   for (i = 0; i < max_exponent_bits; ++i) {
-    const int items = is_signed ? (1 << (i + non_sign_bits - max_exponent_bits))
-                                : (1 << (i + non_sign_bits - max_exponent_bits + 1));
+    const int items =
+        is_signed ? (1 << (i + non_sign_bits - max_exponent_bits)) : (1 << (i + non_sign_bits - max_exponent_bits + 1));
     // Python evaluates 10 ** (-(e - 1) + i) as pow(10.0, k) for negative k.
     const double scale = std::pow(10.0, double(-(max_exponent_bits - 1) + i));
     append_scaled_means(data, items, scale);
@@ -75,7 +75,8 @@ std::vector<float> dynamic_map(bool is_signed, int max_exponent_bits, int total_
 }
 
 std::vector<float> linear_map(bool is_signed, int bits) {
-  if (bits != 4 && bits != 8) throw std::invalid_argument("linear_map: bits must be 4 or 8, got " + std::to_string(bits));
+  if (bits != 4 && bits != 8)
+    throw std::invalid_argument("linear_map: bits must be 4 or 8, got " + std::to_string(bits));
   const int n = 1 << bits;
   if (!is_signed) return torch_linspace_f32(0.0f, 1.0f, n);
   std::vector<float> v = torch_linspace_f32(-1.0f, 1.0f, n - 1);
@@ -131,7 +132,8 @@ std::vector<float> fp8_map() {
 }
 
 std::vector<float> quantile_map(const float* x, std::int64_t n, int bits) {
-  if (bits != 4 && bits != 8) throw std::invalid_argument("quantile_map: bits must be 4 or 8, got " + std::to_string(bits));
+  if (bits != 4 && bits != 8)
+    throw std::invalid_argument("quantile_map: bits must be 4 or 8, got " + std::to_string(bits));
   std::vector<float> finite;
   finite.reserve(std::size_t(n));
   for (std::int64_t i = 0; i < n; ++i)
@@ -162,14 +164,16 @@ std::vector<float> quantile_map(const float* x, std::int64_t n, int bits) {
 
 void validate_qmap(const float* values, std::int64_t n, int bits, const char* fn, const char* arg) {
   const std::string where = std::string(fn) + ": argument '" + arg + "' ";
-  if (bits != 4 && bits != 8) throw std::invalid_argument(std::string(fn) + ": bits must be 4 or 8, got " + std::to_string(bits));
+  if (bits != 4 && bits != 8)
+    throw std::invalid_argument(std::string(fn) + ": bits must be 4 or 8, got " + std::to_string(bits));
   const std::int64_t want = std::int64_t(1) << bits;
   if (n != want)
-    throw std::invalid_argument(where + "must have " + std::to_string(want) + " entries for bits=" + std::to_string(bits) +
-                                ", got " + std::to_string(n));
+    throw std::invalid_argument(where + "must have " + std::to_string(want) +
+                                " entries for bits=" + std::to_string(bits) + ", got " + std::to_string(n));
   for (std::int64_t i = 0; i < n; ++i) {
     const float v = values[i];
-    if (!std::isfinite(v)) throw std::invalid_argument(where + "must be finite; entry " + std::to_string(i) + " is " + fmt_float(v));
+    if (!std::isfinite(v))
+      throw std::invalid_argument(where + "must be finite; entry " + std::to_string(i) + " is " + fmt_float(v));
     if (v < -1.0f || v > 1.0f)
       throw std::invalid_argument(where + "must lie in [-1, 1]; entry " + std::to_string(i) + " is " + fmt_float(v));
     if (i > 0 && v < values[i - 1])
@@ -198,7 +202,8 @@ Codebook make_codebook(const float* values, std::int64_t n, int bits, const char
       if (cb.zero_hi < 0) cb.zero_hi = k;
       cb.zero_lo = k;
     }
-  for (std::int32_t k = std::max(cb.size - 1, 0); k < 256; ++k) cb.thresholds[k] = std::numeric_limits<float>::infinity();
+  for (std::int32_t k = std::max(cb.size - 1, 0); k < 256; ++k)
+    cb.thresholds[k] = std::numeric_limits<float>::infinity();
   // From the top down: an entry equal to its upper neighbour takes that neighbour's threshold, so
   // the search skips the upper entries of a run of equal values (ties go to the lower index).
   for (std::int32_t k = cb.size - 2; k >= 0; --k) {

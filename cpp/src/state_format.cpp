@@ -16,9 +16,8 @@ struct DTypeInfo {
   const char* name;
   std::size_t size;
 };
-constexpr DTypeInfo kDTypes[] = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
-                                 {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U64", 8},  {"U32", 4},
-                                 {"U16", 2}, {"U8", 1},  {"BOOL", 1}};
+constexpr DTypeInfo kDTypes[] = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2},
+                                 {"I8", 1},  {"U64", 8}, {"U32", 4}, {"U16", 2},  {"U8", 1},  {"BOOL", 1}};
 
 bool host_is_little_endian() {
 #if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__)

@@ -139,10 +139,10 @@ struct Header {
   std::uint64_t file_size = 0;
   std::uint64_t header_size = 0;  // N: bytes of JSON (with padding) after the 8-byte length
   std::uint64_t data_size = 0;
-  bool sizes_known = false;       // header_size and data_size are valid
+  bool sizes_known = false;  // header_size and data_size are valid
   bool has_metadata = false;
   std::vector<std::pair<std::string, std::string>> metadata;  // as stored, in header order
-  std::vector<Entry> tensors;                                  // in data order
+  std::vector<Entry> tensors;                                 // in data order
 };
 
 const std::string* find_meta(const Header& h, std::string_view key);

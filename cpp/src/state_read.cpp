@@ -20,9 +20,12 @@ bool parse_hex8(const std::string& s, std::uint32_t* out) {
   std::uint32_t v = 0;
   for (const char c : s) {
     v <<= 4;
-    if (c >= '0' && c <= '9') v |= std::uint32_t(c - '0');
-    else if (c >= 'a' && c <= 'f') v |= std::uint32_t(c - 'a' + 10);
-    else return false;
+    if (c >= '0' && c <= '9')
+      v |= std::uint32_t(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      v |= std::uint32_t(c - 'a' + 10);
+    else
+      return false;
   }
   *out = v;
   return true;
@@ -57,8 +60,7 @@ Entry parse_entry(const std::string& name, const Json& v, const std::string& pre
   if (!dtype->is_string()) throw FormatError(where + "dtype must be a string, got " + show(*dtype));
   e.dtype = dtype->as_string();
   const std::size_t itemsize = state_dtype_size(e.dtype);
-  if (itemsize == 0)
-    throw FormatError(where + "unknown dtype " + quote(e.dtype) + " (known: " + known_dtypes() + ")");
+  if (itemsize == 0) throw FormatError(where + "unknown dtype " + quote(e.dtype) + " (known: " + known_dtypes() + ")");
   if (!shape->is_array()) throw FormatError(where + "shape must be an array, got " + show(*shape));
   for (std::size_t k = 0; k < shape->as_array().size(); ++k) {
     const Json& d = shape->as_array()[k];
@@ -120,8 +122,8 @@ void read_header(const InFile& f, const std::string& path, const char* fn, Heade
   try {
     doc = detail::parse_json(text, detail::JsonParseOptions{8});
   } catch (const detail::JsonParseError& e) {
-    throw FormatError(pre + "header is not valid JSON (at byte " + std::to_string(e.offset) + " of the header): " +
-                      e.problem);
+    throw FormatError(pre + "header is not valid JSON (at byte " + std::to_string(e.offset) +
+                      " of the header): " + e.problem);
   }
   if (!doc.is_object()) throw FormatError(pre + "header must be a JSON object, got " + Json::kind_name(doc.kind()));
 
@@ -164,9 +166,8 @@ void read_header(const InFile& f, const std::string& path, const char* fn, Heade
     throw FormatError(pre + "tensors need " + std::to_string(expect) + " bytes of data but the file holds " +
                       std::to_string(h.data_size) + " after the header (truncated?)");
   if (expect < h.data_size)
-    throw FormatError(pre + std::to_string(h.data_size - expect) +
-                      " unexpected bytes after the last tensor (data is " + std::to_string(h.data_size) +
-                      " bytes, tensors end at " + std::to_string(expect) + ")");
+    throw FormatError(pre + std::to_string(h.data_size - expect) + " unexpected bytes after the last tensor (data is " +
+                      std::to_string(h.data_size) + " bytes, tensors end at " + std::to_string(expect) + ")");
 }
 
 // octopt's layer on top: format, version and the checksum table.
@@ -236,8 +237,8 @@ namespace {
 using detail::bad_header_crc;
 using detail::bad_tensor_crc;
 using detail::Entry;
-using detail::header_checksum;
 using detail::Header;
+using detail::header_checksum;
 using detail::InFile;
 using detail::kHeaderCrcName;
 using detail::missing_header_crc;

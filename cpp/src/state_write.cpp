@@ -23,8 +23,8 @@ namespace octopt {
 namespace {
 
 using detail::byte_count;
-using detail::extents_fit;
 using detail::Entry;
+using detail::extents_fit;
 using detail::Fd;
 using detail::header_checksum;
 using detail::hex8;
@@ -128,8 +128,7 @@ class TempFile {
     while (::fsync(dir.get()) != 0) {
       if (errno == EINTR) continue;
       if (errno == EINVAL || errno == ENOTSUP) break;
-      throw FileError(errno, std::string(fn_) + ": wrote " + quote(target_) + " but cannot fsync its folder",
-                      target_);
+      throw FileError(errno, std::string(fn_) + ": wrote " + quote(target_) + " but cannot fsync its folder", target_);
     }
   }
 
@@ -169,15 +168,14 @@ void write_state_file(const std::string& path, const std::vector<TensorView>& te
     const std::string where = std::string(fn) + ": tensor " + quote(t.name) + ": ";
     const std::size_t itemsize = state_dtype_size(t.dtype);
     if (itemsize == 0)
-      throw std::invalid_argument(where + "dtype " + quote(t.dtype) + " is not supported (supported: " +
-                                  known_dtypes() + ")");
+      throw std::invalid_argument(where + "dtype " + quote(t.dtype) +
+                                  " is not supported (supported: " + known_dtypes() + ")");
     for (std::size_t k = 0; k < t.shape.size(); ++k)
       if (t.shape[k] < 0)
         throw std::invalid_argument(where + "shape[" + std::to_string(k) + "] is " + std::to_string(t.shape[k]) +
                                     ", must be >= 0");
     std::uint64_t nbytes = 0;
-    if (!byte_count(t.shape, itemsize, &nbytes) || !extents_fit(t.shape, itemsize) ||
-        offset + nbytes < offset)
+    if (!byte_count(t.shape, itemsize, &nbytes) || !extents_fit(t.shape, itemsize) || offset + nbytes < offset)
       throw std::invalid_argument(where + "shape " + shape_str(t.shape) + " is too large");
     if (nbytes > 0 && t.data == nullptr) throw std::invalid_argument(where + "data is null");
     entries.push_back(Entry{t.name, t.dtype, t.shape, offset, offset + nbytes});

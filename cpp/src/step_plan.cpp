@@ -29,8 +29,10 @@ class DefaultAllocator final : public StateAllocator {
   }
   void deallocate(void* p, std::size_t, StateElem, int device) noexcept override {
     if (!p) return;
-    if (device >= 0) cuda::device_free(p, device);
-    else std::free(p);
+    if (device >= 0)
+      cuda::device_free(p, device);
+    else
+      std::free(p);
   }
 };
 
@@ -86,8 +88,10 @@ void StepPlan::Impl::fill_state(Tensor& t) {
     std::vector<std::uint8_t> host;  // CUDA: the bytes to copy
     const auto put = [&](const Buffer& b, const void* bytes, std::size_t n) {
       if (!n) return;
-      if (device >= 0) cuda::copy_to_device(b.ptr, bytes, n, device);
-      else std::memcpy(b.ptr, bytes, n);
+      if (device >= 0)
+        cuda::copy_to_device(b.ptr, bytes, n, device);
+      else
+        std::memcpy(b.ptr, bytes, n);
     };
     if (s.bits == 32) {
       std::vector<float> f(v.count, float(init));
@@ -210,8 +214,8 @@ void StepPlan::set_hparams(int group, const HyperParams& hp, const char* fn) {
   g.cached_step = 0;
 }
 
-std::size_t StepPlan::add_tensor(int group, void* data, DType dtype, const std::vector<std::int64_t>& shape,
-                                 int device, const char* fn) {
+std::size_t StepPlan::add_tensor(int group, void* data, DType dtype, const std::vector<std::int64_t>& shape, int device,
+                                 const char* fn) {
   Impl& p = *impl_;
   check_group(p, group, fn);
   const std::string arg = "params[" + std::to_string(p.tensors.size()) + "]";
@@ -341,7 +345,8 @@ std::int64_t StepPlan::step(const void* const* grads, const DType* grad_dtypes, 
   }
   if (p.device >= 0) {
     if (p.options.strict)
-      throw std::invalid_argument(std::string(fn) + ": strict=True is not supported for CUDA parameters (it would "
+      throw std::invalid_argument(std::string(fn) +
+                                  ": strict=True is not supported for CUDA parameters (it would "
                                   "synchronize the stream); read skipped_blocks instead");
     if (!p.device_plan || p.device_plan_stale) p.build_device_plan();
     std::vector<HyperParams> hps;
@@ -420,9 +425,12 @@ std::vector<std::int64_t> StepPlan::tensor_steps() {
   Impl& p = *impl_;
   std::vector<std::int64_t> per(p.tensors.size(), 0);
   if (p.device >= 0) {
-    if (p.device_plan && !p.device_plan_stale) cuda::read_steps(*p.device_plan, per.data(), nullptr);
-    else if (p.device_plan) { cuda::read_steps(*p.device_plan, per.data(), nullptr); }
-    else for (std::size_t i = 0; i < per.size() && i < p.pending_steps.size(); ++i) per[i] = p.pending_steps[i];
+    if (p.device_plan && !p.device_plan_stale)
+      cuda::read_steps(*p.device_plan, per.data(), nullptr);
+    else if (p.device_plan) {
+      cuda::read_steps(*p.device_plan, per.data(), nullptr);
+    } else
+      for (std::size_t i = 0; i < per.size() && i < p.pending_steps.size(); ++i) per[i] = p.pending_steps[i];
     return per;
   }
   for (std::size_t i = 0; i < per.size(); ++i) per[i] = p.tensors[i].step;
@@ -439,8 +447,10 @@ void StepPlan::set_tensor_steps(const std::vector<std::int64_t>& steps, const ch
   for (std::size_t i = 0; i < steps.size(); ++i) p.tensors[i].step = steps[i];
   for (Impl::Group& g : p.groups) g.cached_step = 0;
   if (p.device >= 0) {
-    if (p.device_plan) cuda::write_steps(*p.device_plan, steps.data(), global_step());
-    else p.pending_steps = steps;
+    if (p.device_plan)
+      cuda::write_steps(*p.device_plan, steps.data(), global_step());
+    else
+      p.pending_steps = steps;
   }
 }
 
@@ -448,7 +458,8 @@ std::vector<float> StepPlan::tensor_mu_products() {
   Impl& p = *impl_;
   std::vector<float> out;
   for (const StepTensor& st : p.step_tensors) out.push_back(st.mu_product);
-  if (p.device >= 0 && p.device_plan && p.device_plan->size() == out.size()) cuda::read_mu_products(*p.device_plan, out.data());
+  if (p.device >= 0 && p.device_plan && p.device_plan->size() == out.size())
+    cuda::read_mu_products(*p.device_plan, out.data());
   return out;
 }
 

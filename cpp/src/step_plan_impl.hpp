@@ -21,7 +21,7 @@ struct StepPlan::Impl {
   struct Group {
     HyperParams hp;
     LayoutOptions layout;
-    std::vector<int> slots;    // used_slots under hp: fixed once the group exists
+    std::vector<int> slots;        // used_slots under hp: fixed once the group exists
     std::int64_t cached_step = 0;  // the step `scalars` were computed for (0: none yet)
     SlotScalars scalars{};
   };
@@ -49,7 +49,7 @@ struct StepPlan::Impl {
   std::int64_t skipped_total = 0, skipped_last = 0;
   std::unique_ptr<cuda::DevicePlan> device_plan;  // built at the first CUDA step after a change
   bool device_plan_stale = true;
-  std::vector<std::int64_t> pending_steps;        // CUDA: step counts set before the device plan exists
+  std::vector<std::int64_t> pending_steps;  // CUDA: step counts set before the device plan exists
   std::atomic<bool> busy{false};
 
   ~Impl();

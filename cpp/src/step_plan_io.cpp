@@ -39,14 +39,18 @@ Json layout_value(const LayoutOptions& lo, const std::string& key) {
 }
 
 // A group as the state file holds it: every key of a Python param group, sorted.
-Json group_json(const OptimDef& def, const HyperParams& hp, const LayoutOptions& lo, const std::vector<std::size_t>& ids) {
+Json group_json(const OptimDef& def, const HyperParams& hp, const LayoutOptions& lo,
+                const std::vector<std::size_t>& ids) {
   std::map<std::string, Json> g;
   for (const HParamDef& d : hparam_defs()) {
     if (d.id == HParam::beta1 || d.id == HParam::beta2 || d.id == HParam::beta3) continue;
     const double v = get_hparam(hp, d.id);
-    if (d.type == HParamType::flag) g[d.key] = Json::boolean(v != 0.0);
-    else if (d.type == HParamType::optional_real && v == 0.0) g[d.key] = Json();
-    else g[d.key] = Json::number(v);
+    if (d.type == HParamType::flag)
+      g[d.key] = Json::boolean(v != 0.0);
+    else if (d.type == HParamType::optional_real && v == 0.0)
+      g[d.key] = Json();
+    else
+      g[d.key] = Json::number(v);
   }
   Json::Array betas{Json::number(hp.beta1), Json::number(hp.beta2)};
   if (def.num_betas == 3) betas.push_back(Json::number(hp.beta3));
@@ -97,7 +101,8 @@ void StepPlan::save(const std::string& path) {
                                                {"map", Json::string(state_map_name(s.bits, s.is_signed))}}));
     }
     // keys sorted, as Python's json.dumps(sort_keys=True) writes them
-    std::sort(slots.begin(), slots.end(), [](const Json::Member& a, const Json::Member& b) { return a.first < b.first; });
+    std::sort(slots.begin(), slots.end(),
+              [](const Json::Member& a, const Json::Member& b) { return a.first < b.first; });
     Json::Array shape;
     for (std::int64_t e : t.shape) shape.push_back(integer(e));
     Json::Object entry{{"dtype", Json::string(dtype_name(t.dtype))},
@@ -149,7 +154,9 @@ void StepPlan::load(const std::string& path) {
   } catch (const std::exception& e) {
     throw FormatError(fn + " has malformed octopt metadata: " + e.what());
   }
-  const auto malformed = [&](const std::string& what) { return FormatError(fn + " has malformed octopt metadata: " + what); };
+  const auto malformed = [&](const std::string& what) {
+    return FormatError(fn + " has malformed octopt metadata: " + what);
+  };
   const auto int_of = [&](const Json* v, const std::string& what) -> std::int64_t {
     if (v == nullptr || !v->is_integer() || v->magnitude() > (std::uint64_t(1) << 62))
       throw malformed(what + " is missing or not an integer");
@@ -174,7 +181,8 @@ void StepPlan::load(const std::string& path) {
     const Json& g = groups.as_array()[gi];
     if (!g.is_object()) throw malformed("param group " + std::to_string(gi) + " is not an object");
     const Json* params = g.find("params");
-    if (params == nullptr || !params->is_array()) throw malformed("param group " + std::to_string(gi) + " lacks 'params'");
+    if (params == nullptr || !params->is_array())
+      throw malformed("param group " + std::to_string(gi) + " lacks 'params'");
     Json::Array ids;
     for (std::size_t i = 0; i < p.tensors.size(); ++i)
       if (p.tensors[i].group == int(gi)) ids.push_back(integer(std::int64_t(i)));
@@ -231,7 +239,8 @@ void StepPlan::load(const std::string& path) {
     lo.initial_accumulator_value = init_acc;
     validate_layout(lo, fn.c_str());
     if (used_slots(p.kind, hp) != mine.slots)
-      throw std::invalid_argument(gwhere + ": the file's hyper-parameters (momentum, centered) need other state "
+      throw std::invalid_argument(gwhere +
+                                  ": the file's hyper-parameters (momentum, centered) need other state "
                                   "slots than this optimizer's");
     new_hp.push_back(hp);
     new_init.push_back(init_acc);
@@ -289,7 +298,8 @@ void StepPlan::load(const std::string& path) {
         for (const auto& n : x) out += (out.size() > 1 ? ", '" : "'") + n + "'";
         return out + "]";
       };
-      throw std::invalid_argument(where + " has state slots " + list(theirs) + " in the file but " + list(mine) + " here");
+      throw std::invalid_argument(where + " has state slots " + list(theirs) + " in the file but " + list(mine) +
+                                  " here");
     }
     for (const SlotLayout& s : t.layout.slots) {
       const Json& spec = *slots->find(s.name);
@@ -329,8 +339,10 @@ void StepPlan::load(const std::string& path) {
   // Everything matched: only now change the plan.
   for (const Copy& c : copies) {
     if (!c.nbytes) continue;
-    if (p.device >= 0) cuda::copy_to_device(c.dst, c.src, c.nbytes, p.device);
-    else std::memcpy(c.dst, c.src, c.nbytes);
+    if (p.device >= 0)
+      cuda::copy_to_device(c.dst, c.src, c.nbytes, p.device);
+    else
+      std::memcpy(c.dst, c.src, c.nbytes);
   }
   for (std::size_t gi = 0; gi < p.groups.size(); ++gi) {
     p.groups[gi].hp = new_hp[gi];

@@ -63,10 +63,10 @@ struct Job {
 
   const RangeFn& fn;
   const std::int64_t n, tasks;
-  const int max_helpers;                // workers that may run its tasks at once
+  const int max_helpers;  // workers that may run its tasks at once
   std::atomic<std::int64_t> next_task{0};
-  int helpers = 0;                      // workers inside it now (Pool::mutex_)
-  std::exception_ptr error;             // the first exception thrown (Pool::mutex_)
+  int helpers = 0;                       // workers inside it now (Pool::mutex_)
+  std::exception_ptr error;              // the first exception thrown (Pool::mutex_)
   std::condition_variable helpers_done;  // helpers reached 0 after the caller ran out of tasks
 };
 

@@ -32,7 +32,8 @@ struct Setup {
       for (std::int64_t i = 0; i < n; ++i) p[std::size_t(i)] = float((7 * i + 3 * std::int64_t(k)) % 61 - 30) / 64.0f;
       params.push_back(std::move(p));
     }
-    for (std::size_t k = 0; k < params.size(); ++k) opt.add_param(params[k].data(), std::int64_t(params[k].size()), kShapes[k]);
+    for (std::size_t k = 0; k < params.size(); ++k)
+      opt.add_param(params[k].data(), std::int64_t(params[k].size()), kShapes[k]);
   }
 
   static octopt::HyperParams hparams() {

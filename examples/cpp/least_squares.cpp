@@ -75,7 +75,8 @@ double train(octopt::Optimizer& opt, const Problem& problem, std::vector<float>&
   double loss = 0;
   for (int k = 0; k < steps; ++k) {
     loss = problem.loss_and_grad(w, grad);
-    if (print && opt.global_step() % 20 == 0) std::printf("step %4lld  loss %.6g\n", (long long)opt.global_step(), loss);
+    if (print && opt.global_step() % 20 == 0)
+      std::printf("step %4lld  loss %.6g\n", (long long)opt.global_step(), loss);
     opt.step({grad.data()});
   }
   return loss;

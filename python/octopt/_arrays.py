@@ -42,8 +42,16 @@ def framework_of(a: Any) -> str | None:
 def inspect(a: Any, fn: str, arg: str) -> ArrayInfo:
     fw = framework_of(a)
     if fw == "numpy":
-        return ArrayInfo("numpy", "cpu", 0, a.dtype.name, tuple(a.shape), int(a.size),
-                         bool(a.flags.c_contiguous), bool(a.flags.writeable))
+        return ArrayInfo(
+            "numpy",
+            "cpu",
+            0,
+            a.dtype.name,
+            tuple(a.shape),
+            int(a.size),
+            bool(a.flags.c_contiguous),
+            bool(a.flags.writeable),
+        )
     if fw == "torch":
         import torch
 
@@ -52,19 +60,45 @@ def inspect(a: Any, fn: str, arg: str) -> ArrayInfo:
         if a.is_complex():
             raise TypeError(f"{fn}: argument '{arg}' must be real, got {str(a.dtype).removeprefix('torch.')}")
         dev = a.device
-        return ArrayInfo("torch", dev.type, dev.index or 0, str(a.dtype).removeprefix("torch."),
-                         tuple(a.shape), int(a.numel()), bool(a.is_contiguous()), True)
+        return ArrayInfo(
+            "torch",
+            dev.type,
+            dev.index or 0,
+            str(a.dtype).removeprefix("torch."),
+            tuple(a.shape),
+            int(a.numel()),
+            bool(a.is_contiguous()),
+            True,
+        )
     if fw == "cupy":
-        return ArrayInfo("cupy", "cuda", int(a.device.id), a.dtype.name, tuple(a.shape), int(a.size),
-                         bool(a.flags.c_contiguous), True)
+        return ArrayInfo(
+            "cupy",
+            "cuda",
+            int(a.device.id),
+            a.dtype.name,
+            tuple(a.shape),
+            int(a.size),
+            bool(a.flags.c_contiguous),
+            True,
+        )
     if fw == "jax":
-        raise TypeError(f"{fn}: argument '{arg}' is a JAX array; JAX arrays are immutable and are not "
-                        "stepped in place: use octopt.optax")
+        raise TypeError(
+            f"{fn}: argument '{arg}' is a JAX array; JAX arrays are immutable and are not "
+            "stepped in place: use octopt.optax"
+        )
     raise TypeError(f"{fn}: argument '{arg}' must be a NumPy, PyTorch or CuPy array, got {type(a).__name__}")
 
 
-def check(a: Any, fn: str, arg: str, dtypes: tuple[str, ...] | None = None, writeable: bool = False,
-          like: ArrayInfo | None = None, like_arg: str = "x", size: int | None = None) -> ArrayInfo:
+def check(
+    a: Any,
+    fn: str,
+    arg: str,
+    dtypes: tuple[str, ...] | None = None,
+    writeable: bool = False,
+    like: ArrayInfo | None = None,
+    like_arg: str = "x",
+    size: int | None = None,
+) -> ArrayInfo:
     """Validates one array argument; returns its description."""
     info = inspect(a, fn, arg)
     if dtypes is not None and info.dtype not in dtypes:
@@ -72,8 +106,10 @@ def check(a: Any, fn: str, arg: str, dtypes: tuple[str, ...] | None = None, writ
     if info.device not in ("cpu", "cuda"):
         raise ValueError(f"{fn}: argument '{arg}' is on an unsupported device ({info.device})")
     if not info.contiguous:
-        raise ValueError(f"{fn}: argument '{arg}' must be C-contiguous (pass a contiguous array; a copy "
-                         "would not receive the result)")
+        raise ValueError(
+            f"{fn}: argument '{arg}' must be C-contiguous (pass a contiguous array; a copy "
+            "would not receive the result)"
+        )
     if writeable and not info.writeable:
         raise ValueError(f"{fn}: argument '{arg}' is read-only")
     if like is not None and (info.device, info.device_id) != (like.device, like.device_id):
@@ -147,7 +183,8 @@ def dtype_name(dtype: Any) -> str:
     else:
         name = np.dtype(dtype).name
     return {"float": "float32", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}.get(
-        name, name)
+        name, name
+    )
 
 
 def stream_handle(info: ArrayInfo, stream: Any, fn: str) -> int:
@@ -174,8 +211,9 @@ def stream_handle(info: ArrayInfo, stream: Any, fn: str) -> int:
     for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
         if hasattr(stream, attr):
             return int(getattr(stream, attr))
-    raise TypeError(f"{fn}: argument 'stream' must be None, an int or an object with __cuda_stream__, "
-                    f"got {type(stream).__name__}")
+    raise TypeError(
+        f"{fn}: argument 'stream' must be None, an int or an object with __cuda_stream__, got {type(stream).__name__}"
+    )
 
 
 def to_numpy(a: Any) -> np.ndarray:

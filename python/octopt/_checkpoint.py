@@ -34,17 +34,20 @@ def check_state_dict(opt: Any, sd: Any, fn: str) -> tuple[list[tuple[Any, Any]],
     if isinstance(gstep, bool) or not isinstance(gstep, (int, np.integer)) or not 0 <= gstep < 2**63:
         raise ValueError(f"{fn}: bad global step count {gstep!r}")
     if len(state) != len(opt._tensors):
-        raise ValueError(f"{fn}: the state has {len(state)} tensors but this optimizer has {len(opt._tensors)} "
-                         "parameters")
+        raise ValueError(
+            f"{fn}: the state has {len(state)} tensors but this optimizer has {len(opt._tensors)} parameters"
+        )
     if len(groups) != len(opt.param_groups):
-        raise ValueError(f"{fn}: the state has {len(groups)} param groups but this optimizer has "
-                         f"{len(opt.param_groups)}")
+        raise ValueError(
+            f"{fn}: the state has {len(groups)} param groups but this optimizer has {len(opt.param_groups)}"
+        )
     hps = []
     for gi, (h, g) in enumerate(zip(groups, opt.param_groups)):
         mine = [i for i, t in enumerate(opt._tensors) if t.group == gi]
         if list(h.get("params", [])) != mine:
-            raise ValueError(f"{fn}: param group {gi} holds parameters {list(h.get('params', []))} in the state but "
-                             f"{mine} here")
+            raise ValueError(
+                f"{fn}: param group {gi} holds parameters {list(h.get('params', []))} in the state but {mine} here"
+            )
         merged = dict(g)
         merged.update({k: (tuple(v) if k == "betas" else v) for k, v in h.items() if k != "params"})
         hp, _ = _hparams.convert_group(opt.kind, merged, fn)
@@ -52,8 +55,10 @@ def check_state_dict(opt: Any, sd: Any, fn: str) -> tuple[list[tuple[Any, Any]],
             if key in h and h[key] != g[key]:
                 raise ValueError(f"{fn}: param group {gi} has {key}={h[key]!r} in the state but {g[key]!r} here")
         if _layout.used_slots(opt.kind, merged) != _layout.used_slots(opt.kind, g):
-            raise ValueError(f"{fn}: param group {gi}: the state's hyper-parameters (momentum, centered) need other "
-                             "state slots than this optimizer's")
+            raise ValueError(
+                f"{fn}: param group {gi}: the state's hyper-parameters (momentum, centered) need other "
+                "state slots than this optimizer's"
+            )
         hps.append(hp)
     copies = []
     for i, (s, t) in enumerate(zip(state, opt._tensors)):

@@ -18,8 +18,11 @@ _TYPES = {h["key"]: h["type"] for h in HPARAMS}
 LAYOUT_KEYS = ("bits", "block_size", "min_8bit_size", "first_moment_bits")
 # Keys a param group may hold, beyond "params": the table's hyper-parameters (the betas as one tuple),
 # Adagrad's initial_accumulator_value and the layout keys.
-GROUP_KEYS = tuple(dict.fromkeys(("betas" if k.startswith("betas[") else k) for k in (h["key"] for h in HPARAMS))) + (
-    "initial_accumulator_value",) + LAYOUT_KEYS
+GROUP_KEYS = (
+    tuple(dict.fromkeys(("betas" if k.startswith("betas[") else k) for k in (h["key"] for h in HPARAMS)))
+    + ("initial_accumulator_value",)
+    + LAYOUT_KEYS
+)
 _REAL_KEYS = tuple(k for k in GROUP_KEYS if _TYPES.get(k) in ("real", "optional_real"))
 _FLAG_KEYS = tuple(k for k in GROUP_KEYS if _TYPES.get(k) == "flag")
 

@@ -15,9 +15,12 @@ _MAX_VALUE = 120  # characters of a metadata value shown without --full
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("inspect", help="show a state file's header, metadata, tensors and checksum status",
-                       description="Show a state file's header, metadata, tensors and checksum status. "
-                                   "Exit status 1 when the file is invalid or a checksum does not match.")
+    p = sub.add_parser(
+        "inspect",
+        help="show a state file's header, metadata, tensors and checksum status",
+        description="Show a state file's header, metadata, tensors and checksum status. "
+        "Exit status 1 when the file is invalid or a checksum does not match.",
+    )
     p.add_argument("file", help="the state file (.safetensors)")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     p.add_argument("--full", action="store_true", help="do not shorten long metadata values")
@@ -54,8 +57,7 @@ def _print_report(r: dict, full: bool) -> None:
     if r["header_size"] is None:
         rows.append(("size", f"{r['file_size']} bytes"))
     else:
-        rows.append(("size", f"{r['file_size']} bytes (8 length + {r['header_size']} header + "
-                             f"{r['data_size']} data)"))
+        rows.append(("size", f"{r['file_size']} bytes (8 length + {r['header_size']} header + {r['data_size']} data)"))
     if r["format"] is not None or r["format_version"] is not None:
         rows.append(("format", f"{r['format'] or '?'}, version {r['format_version'] or '?'}"))
     rows.append(("header checksum", r["header_checksum"]))
@@ -75,8 +77,10 @@ def _print_report(r: dict, full: bool) -> None:
             table.append((t["name"], t["dtype"], shape, str(t["nbytes"]), t["crc32c"] or "-", t["checksum"]))
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
         for row in table:
-            cells = [cell.rjust(w) if i == 3 else cell.ljust(w)  # bytes right-aligned
-                     for i, (cell, w) in enumerate(zip(row, widths))]
+            cells = [
+                cell.rjust(w) if i == 3 else cell.ljust(w)  # bytes right-aligned
+                for i, (cell, w) in enumerate(zip(row, widths))
+            ]
             print("  " + "  ".join(cells).rstrip())
     print()
     print("valid" if r["valid"] else "INVALID")

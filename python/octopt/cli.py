@@ -18,10 +18,17 @@ def _cmd_info(args: argparse.Namespace) -> int:
         ("SIMD level in use", i["simd"]),
         ("CPU features", i["cpu_features"] or "-"),
         ("CPU threads", str(i["threads"])),
-        ("CUDA built", "yes" + (f" (runtime {i['cuda_runtime']})" if i["cuda_runtime"] else "") if i["cuda_built"] else "no"),
+        (
+            "CUDA built",
+            "yes" + (f" (runtime {i['cuda_runtime']})" if i["cuda_runtime"] else "") if i["cuda_built"] else "no",
+        ),
         ("CUDA available", f"yes ({i['cuda_devices']} device(s))" if i["cuda_available"] else "no"),
-        ("XLA FFI handler", ("yes (octopt.optax: CPU" + (", CUDA)" if i["xla_ffi_cuda_built"] else ")"))
-         if i["xla_ffi_built"] else "no"),
+        (
+            "XLA FFI handler",
+            ("yes (octopt.optax: CPU" + (", CUDA)" if i["xla_ffi_cuda_built"] else ")"))
+            if i["xla_ffi_built"]
+            else "no",
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
@@ -33,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="octopt", description="Block-wise quantized optimizer states.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="print the build: version, compiler, SIMD level, threads, CUDA, XLA FFI").set_defaults(
-        func=_cmd_info)
+        func=_cmd_info
+    )
     from . import demo
 
     demo_help = "train a small MLP on scikit-learn digits with 32-bit vs 8-bit Adam state, plot the losses"
@@ -44,8 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     from ._bench import step_cmd
 
     bench_help = "benchmark one CPU optimizer step against torch/bitsandbytes/torchao/optax, plus peak memory"
-    bench_parser = sub.add_parser("bench", help=bench_help, description=step_cmd.__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench_parser = sub.add_parser(
+        "bench", help=bench_help, description=step_cmd.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     step_cmd.add_arguments(bench_parser)
     args = parser.parse_args(argv)
     return args.func(args)

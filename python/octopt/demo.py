@@ -30,9 +30,7 @@ INSTALL_HINT = 'pip install "octopt[demo]"'
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=15, help="passes over the training set (default 15)")
     p.add_argument("--seed", type=int, default=0, help="seed for the split, initialization and batch order")
-    p.add_argument(
-        "--out", default="octopt-demo.png", help="where to write the loss plot (default %(default)s)"
-    )
+    p.add_argument("--out", default="octopt-demo.png", help="where to write the loss plot (default %(default)s)")
     p.add_argument("--no-plot", action="store_true", help="skip the plot (matplotlib not needed)")
 
 
@@ -107,9 +105,7 @@ def train(bits: int, init: list[np.ndarray], batches: list[np.ndarray], data, se
         loss, grads = loss_and_grads(params, x_train[idx], y_train[idx])
         before = [p.copy() for p in params]
         opt.step(grads)
-        res.max_step_change = max(
-            res.max_step_change, *(float(np.abs(p - b).max()) for p, b in zip(params, before))
-        )
+        res.max_step_change = max(res.max_step_change, *(float(np.abs(p - b).max()) for p, b in zip(params, before)))
         res.step_losses.append(loss)
         bar.update(1)
         if i % 10 == 0:
@@ -164,8 +160,7 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         print(
             f"octopt demo needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
-            f"installed; install with: {INSTALL_HINT}"
-            + ("" if "scikit-learn" in missing else " (or pass --no-plot)"),
+            f"installed; install with: {INSTALL_HINT}" + ("" if "scikit-learn" in missing else " (or pass --no-plot)"),
             file=sys.stderr,
         )
         return 1

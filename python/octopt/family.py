@@ -11,8 +11,11 @@ from .optimizer import Optimizer
 def _make(entry: dict) -> type:
     options = ", ".join(entry["options"])
     doc = f"{entry['summary']}\n\nOptions: {options}; defaults {_hparams.defaults(entry['name'])!r}."
-    return type(entry["class_name"], (Optimizer,), {
-        "kind": entry["name"], "defaults": _hparams.defaults(entry["name"]), "__doc__": doc, "__module__": __name__})
+    return type(
+        entry["class_name"],
+        (Optimizer,),
+        {"kind": entry["name"], "defaults": _hparams.defaults(entry["name"]), "__doc__": doc, "__module__": __name__},
+    )
 
 
 ALL = tuple(_make(e) for e in _hparams.TABLE.values())

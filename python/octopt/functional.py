@@ -9,8 +9,16 @@ from . import _arrays, _octopt, maps
 _ROUNDINGS = ("nearest", "stochastic")
 
 
-def quantize_blockwise(x: Any, qmap: Any = None, block_size: int = 256, bits: int = 8, rounding: str = "nearest",
-                       seed: int = 0, out: tuple | None = None, stream: Any = None) -> tuple:
+def quantize_blockwise(
+    x: Any,
+    qmap: Any = None,
+    block_size: int = 256,
+    bits: int = 8,
+    rounding: str = "nearest",
+    seed: int = 0,
+    out: tuple | None = None,
+    stream: Any = None,
+) -> tuple:
     """Quantizes x block by block.
 
     Returns ``(codes, absmax)``: uint8 codes (x's shape for 8 bits; 4-bit codes packed two per byte,
@@ -40,8 +48,18 @@ def quantize_blockwise(x: Any, qmap: Any = None, block_size: int = 256, bits: in
         _arrays.check(absmax, fn, "out[1] (absmax)", ("float32",), writeable=True, like=xi, size=n_blocks)
     handle = _arrays.stream_handle(xi, stream, fn)
     x_arg, bf16_bits = _arrays.float_kernel_arg(x)
-    bad = _octopt.quantize_blockwise_into(x_arg, q, block_size, bits, rounding == "stochastic", seed,
-                                          _arrays.kernel_arg(codes), _arrays.kernel_arg(absmax), handle, bf16_bits)
+    bad = _octopt.quantize_blockwise_into(
+        x_arg,
+        q,
+        block_size,
+        bits,
+        rounding == "stochastic",
+        seed,
+        _arrays.kernel_arg(codes),
+        _arrays.kernel_arg(absmax),
+        handle,
+        bf16_bits,
+    )
     if bad < 0 and n_blocks and not _arrays.all_finite(absmax, xi):  # CUDA: look at absmax
         bad = 1
     if bad > 0:
@@ -49,8 +67,17 @@ def quantize_blockwise(x: Any, qmap: Any = None, block_size: int = 256, bits: in
     return codes, absmax
 
 
-def dequantize_blockwise(codes: Any, absmax: Any, qmap: Any = None, block_size: int = 256, bits: int = 8,
-                         dtype: Any = None, out: Any = None, shape: tuple | None = None, stream: Any = None) -> Any:
+def dequantize_blockwise(
+    codes: Any,
+    absmax: Any,
+    qmap: Any = None,
+    block_size: int = 256,
+    bits: int = 8,
+    dtype: Any = None,
+    out: Any = None,
+    shape: tuple | None = None,
+    stream: Any = None,
+) -> Any:
     """Inverse of :func:`quantize_blockwise`: ``qmap[code] * absmax[block]`` as ``dtype`` (float32 by default).
 
     The element count comes from ``out``, else ``shape``, else the codes (8-bit: codes' shape; 4-bit:
@@ -65,10 +92,13 @@ def dequantize_blockwise(codes: Any, absmax: Any, qmap: Any = None, block_size: 
     if out is not None:
         oi = _arrays.check(out, fn, "out", _arrays.FLOAT_DTYPES, writeable=True, like=ci, like_arg="codes")
         if dtype is not None and _arrays.dtype_name(dtype) != oi.dtype:
-            raise TypeError(f"{fn}: argument 'dtype' ({_arrays.dtype_name(dtype)}) differs from out's dtype ({oi.dtype})")
+            raise TypeError(
+                f"{fn}: argument 'dtype' ({_arrays.dtype_name(dtype)}) differs from out's dtype ({oi.dtype})"
+            )
         if (oi.size + 1) // 2 != ci.size if bits == 4 else oi.size != ci.size:
-            raise ValueError(f"{fn}: argument 'out' has {oi.size} elements, which does not match {ci.size} "
-                             f"{bits}-bit code bytes")
+            raise ValueError(
+                f"{fn}: argument 'out' has {oi.size} elements, which does not match {ci.size} {bits}-bit code bytes"
+            )
         result = out
     else:
         name = _arrays.dtype_name(dtype)
@@ -83,6 +113,7 @@ def dequantize_blockwise(codes: Any, absmax: Any, qmap: Any = None, block_size: 
         result = _arrays.empty(codes, ci, shape, name)
     handle = _arrays.stream_handle(ci, stream, fn)
     out_arg, bf16_bits = _arrays.float_kernel_arg(result)
-    _octopt.dequantize_blockwise_into(_arrays.kernel_arg(codes), _arrays.kernel_arg(absmax), q, block_size, bits,
-                                      out_arg, handle, bf16_bits)
+    _octopt.dequantize_blockwise_into(
+        _arrays.kernel_arg(codes), _arrays.kernel_arg(absmax), q, block_size, bits, out_arg, handle, bf16_bits
+    )
     return result

@@ -18,8 +18,16 @@ class _TensorState:
 
     __slots__ = ("param", "info", "group", "block_size", "specs", "buffers", "_owner", "_index")
 
-    def __init__(self, param: Any, info: _arrays.ArrayInfo, group: int, block_size: int, specs: list,
-                 owner: Any = None, index: int = -1):
+    def __init__(
+        self,
+        param: Any,
+        info: _arrays.ArrayInfo,
+        group: int,
+        block_size: int,
+        specs: list,
+        owner: Any = None,
+        index: int = -1,
+    ):
         self.param = param  # the user's array, held by reference and updated in place
         self.info = info
         self.group = group
@@ -76,8 +84,17 @@ class Optimizer:
     kind = ""
     defaults: dict = {}
 
-    def __init__(self, params: Iterable, *, seed: int = 0, stochastic_rounding: bool | None = None,
-                 stochastic_bf16: bool = False, percentile: float = 0.0, strict: bool = False, **options: Any):
+    def __init__(
+        self,
+        params: Iterable,
+        *,
+        seed: int = 0,
+        stochastic_rounding: bool | None = None,
+        stochastic_bf16: bool = False,
+        percentile: float = 0.0,
+        strict: bool = False,
+        **options: Any,
+    ):
         fn = type(self).__name__
         defaults = _hparams.defaults(self.kind)
         defaults.update(self.defaults)
@@ -99,8 +116,16 @@ class Optimizer:
         self.param_groups: list[dict] = []
         self._tensors: list[_TensorState] = []
         self._alloc = _LikeAllocator()
-        self._plan = _octopt.StepPlan(self.kind, self.seed, self.stochastic_rounding, self.stochastic_bf16,
-                                      self.percentile, self.strict, self._alloc, fn)
+        self._plan = _octopt.StepPlan(
+            self.kind,
+            self.seed,
+            self.stochastic_rounding,
+            self.stochastic_bf16,
+            self.percentile,
+            self.strict,
+            self._alloc,
+            fn,
+        )
         self._synced: list[tuple] = []  # per group: the values last handed to the core
         # Held for a whole step, so that a second thread is refused before anything changes.
         self._step_lock = threading.Lock()
@@ -129,12 +154,16 @@ class Optimizer:
                 if not _octopt.cuda_built():
                     raise ValueError(f"{fn}: argument '{arg}' is on {info.where} but octopt was built without CUDA")
                 if self.strict:
-                    raise ValueError(f"{fn}: argument 'strict' must be False for CUDA parameters (checking the "
-                                     "gradients first would synchronize every step); read skipped_blocks instead")
+                    raise ValueError(
+                        f"{fn}: argument 'strict' must be False for CUDA parameters (checking the "
+                        "gradients first would synchronize every step); read skipped_blocks instead"
+                    )
             where = self._tensors[0].info.where if self._tensors else (infos[0].where if infos else None)
             if where is not None and info.where != where:
-                raise ValueError(f"{fn}: argument '{arg}' is on {info.where} but 'params[0]' is on {where}; "
-                                 "all parameters of an optimizer must be on one device")
+                raise ValueError(
+                    f"{fn}: argument '{arg}' is on {info.where} but 'params[0]' is on {where}; "
+                    "all parameters of an optimizer must be on one device"
+                )
             if id(p) in seen:
                 raise ValueError(f"{fn}: argument '{arg}' appears more than once")
             seen.add(id(p))
@@ -153,7 +182,9 @@ class Optimizer:
 
     def _tensor_state(self, p: Any, info: _arrays.ArrayInfo, gid: int, index: int) -> _TensorState:
         t = _TensorState(p, info, gid, self._plan.tensor_block_size(index), [], self, index)
-        for slot, name, signed, bits, block_size, _map_name, _stochastic, data, absmax in self._plan.tensor_state(index):
+        for slot, name, signed, bits, block_size, _map_name, _stochastic, data, absmax in self._plan.tensor_state(
+            index
+        ):
             t.specs.append(_layout.SlotSpec(slot, name, signed, bits, block_size))
             t.buffers[slot] = (data, absmax)
         return t
@@ -203,8 +234,10 @@ class Optimizer:
             for k in _hparams.LAYOUT_KEYS:
                 here = getattr(lo, k) or None if k in ("block_size", "first_moment_bits") else getattr(lo, k)
                 if g.get(k) != here:
-                    raise ValueError(f"{fn}: param group {gi} has '{k}'={g.get(k)!r} but its state was laid out "
-                                     f"with {here!r}; the state layout cannot change after the group was added")
+                    raise ValueError(
+                        f"{fn}: param group {gi} has '{k}'={g.get(k)!r} but its state was laid out "
+                        f"with {here!r}; the state layout cannot change after the group was added"
+                    )
             _hparams.check_keys(self.kind, g, fn)
             self._plan.set_hparams(gi, _hparams.to_core(self.kind, g, fn), fn)
             self._synced[gi] = key
@@ -305,9 +338,14 @@ class Optimizer:
     def state_layout(self) -> list[dict]:
         """Per parameter: its slots with bits, block size and map."""
         steps = self._plan.tensor_steps()
-        return [{"numel": t.info.size, "step": int(s),
-                 "slots": {p.name: {"bits": p.bits, "block_size": p.block_size, "map": p.map_name} for p in t.specs}}
-                for t, s in zip(self._tensors, steps)]
+        return [
+            {
+                "numel": t.info.size,
+                "step": int(s),
+                "slots": {p.name: {"bits": p.bits, "block_size": p.block_size, "map": p.map_name} for p in t.specs},
+            }
+            for t, s in zip(self._tensors, steps)
+        ]
 
     def trust_ratios(self) -> list[float]:
         """LAMB/LARS: the trust ratio each tensor used in the last step."""
@@ -332,8 +370,12 @@ class Optimizer:
             state.append({"step": int(step), "numel": t.info.size, "slots": slots})
             if mus is not None:  # NAdam's running product of its momentum coefficients (torch's key)
                 state[-1]["mu_product"] = float(mus[i])
-        return {"optimizer": self.kind, "global_step": self.global_step, "param_groups": groups_of(self),
-                "state": state}
+        return {
+            "optimizer": self.kind,
+            "global_step": self.global_step,
+            "param_groups": groups_of(self),
+            "state": state,
+        }
 
     def load_state_dict(self, sd: dict) -> None:
         """Restores state_dict() output. Everything is validated before anything changes."""
@@ -368,8 +410,10 @@ class Optimizer:
 
     def __repr__(self) -> str:
         bits = sorted({s.bits for t in self._tensors for s in t.specs}) or [32]
-        return (f"{type(self).__name__}({len(self._tensors)} tensors, {len(self.param_groups)} group(s), "
-                f"state bits {bits}, {self.state_bytes()} bytes of state)")
+        return (
+            f"{type(self).__name__}({len(self._tensors)} tensors, {len(self.param_groups)} group(s), "
+            f"state bits {bits}, {self.state_bytes()} bytes of state)"
+        )
 
 
 def _as_groups(params: Any, fn: str) -> list[dict]:
@@ -403,7 +447,9 @@ def _copy_into(dst: Any, src: Any) -> None:
         import cupy
 
         with cupy.cuda.Device(dst.device.id):
-            dst[...] = cupy.asarray(src if _arrays.framework_of(src) == "cupy" else _arrays.to_numpy(src)).reshape(dst.shape)
+            dst[...] = cupy.asarray(src if _arrays.framework_of(src) == "cupy" else _arrays.to_numpy(src)).reshape(
+                dst.shape
+            )
         return
     if _arrays.framework_of(dst) == "torch":
         import torch

@@ -35,12 +35,10 @@ def save(path: PathLike, tensors: Mapping[str, Any], metadata: Mapping[str, str]
     """
     fn = "save"
     if not isinstance(tensors, Mapping):
-        raise TypeError(f"{fn}: argument 'tensors' must be a mapping of name -> array, "
-                        f"got {type(tensors).__name__}")
+        raise TypeError(f"{fn}: argument 'tensors' must be a mapping of name -> array, got {type(tensors).__name__}")
     metadata = {} if metadata is None else metadata
     if not isinstance(metadata, Mapping):
-        raise TypeError(f"{fn}: argument 'metadata' must be a mapping of str -> str, "
-                        f"got {type(metadata).__name__}")
+        raise TypeError(f"{fn}: argument 'metadata' must be a mapping of str -> str, got {type(metadata).__name__}")
     items = []
     for name, value in tensors.items():
         if not isinstance(name, str):
@@ -68,8 +66,9 @@ def load(path: PathLike, *, bfloat16: str = "uint16") -> tuple[dict[str, np.ndar
     version, and OSError when it cannot be read.
     """
     if bfloat16 not in _BFLOAT16_MODES:
-        raise ValueError(f"load: argument 'bfloat16' must be one of {', '.join(map(repr, _BFLOAT16_MODES))}, "
-                         f"got {bfloat16!r}")
+        raise ValueError(
+            f"load: argument 'bfloat16' must be one of {', '.join(map(repr, _BFLOAT16_MODES))}, got {bfloat16!r}"
+        )
     metadata, items = _octopt.load_state_file(path)
     tensors = {}
     for name, array, dtype in items:
@@ -125,8 +124,7 @@ def _from_bf16_bits(bits: np.ndarray, mode: str) -> np.ndarray:
     try:
         import ml_dtypes
     except ImportError as e:
-        raise TypeError("load: bfloat16='ml_dtypes' needs the ml_dtypes package (pip install ml_dtypes)") \
-            from e
+        raise TypeError("load: bfloat16='ml_dtypes' needs the ml_dtypes package (pip install ml_dtypes)") from e
     return bits.view(ml_dtypes.bfloat16)
 
 

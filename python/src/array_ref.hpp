@@ -40,10 +40,14 @@ ArrayRef array_ref(const nb::ndarray<Ts...>& a, const char* fn, const char* arg)
 inline bool is_float_dtype(const ArrayRef& r, octopt::DType* out) {
   const auto& t = r.dtype;
   if (t.lanes != 1) return false;
-  if (t.code == std::uint8_t(nb::dlpack::dtype_code::Float) && t.bits == 32) *out = octopt::DType::f32;
-  else if (t.code == std::uint8_t(nb::dlpack::dtype_code::Float) && t.bits == 16) *out = octopt::DType::f16;
-  else if (t.code == std::uint8_t(nb::dlpack::dtype_code::Bfloat) && t.bits == 16) *out = octopt::DType::bf16;
-  else return false;
+  if (t.code == std::uint8_t(nb::dlpack::dtype_code::Float) && t.bits == 32)
+    *out = octopt::DType::f32;
+  else if (t.code == std::uint8_t(nb::dlpack::dtype_code::Float) && t.bits == 16)
+    *out = octopt::DType::f16;
+  else if (t.code == std::uint8_t(nb::dlpack::dtype_code::Bfloat) && t.bits == 16)
+    *out = octopt::DType::bf16;
+  else
+    return false;
   return true;
 }
 

@@ -92,8 +92,8 @@ void dequantize_into(AnyIn codes, AnyIn absmax, HostF32 qmap, int block_size, in
 
 void export_blockwise(nb::module_& m) {
   m.def("quantize_blockwise_into", &quantize_into, nb::arg("x").noconvert(), nb::arg("qmap").noconvert(),
-        nb::arg("block_size"), nb::arg("bits"), nb::arg("stochastic"), nb::arg("seed"),
-        nb::arg("codes").noconvert(), nb::arg("absmax").noconvert(), nb::arg("stream"), nb::arg("bf16_bits") = false);
+        nb::arg("block_size"), nb::arg("bits"), nb::arg("stochastic"), nb::arg("seed"), nb::arg("codes").noconvert(),
+        nb::arg("absmax").noconvert(), nb::arg("stream"), nb::arg("bf16_bits") = false);
   m.def("dequantize_blockwise_into", &dequantize_into, nb::arg("codes").noconvert(), nb::arg("absmax").noconvert(),
         nb::arg("qmap").noconvert(), nb::arg("block_size"), nb::arg("bits"), nb::arg("out").noconvert(),
         nb::arg("stream"), nb::arg("bf16_bits") = false);

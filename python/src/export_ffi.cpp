@@ -15,15 +15,17 @@
 void export_ffi(nb::module_& m) {
 #ifdef OCTOPT_HAVE_XLA_FFI
   m.def("xla_ffi_built", [] { return true; });
-  m.def("xla_ffi_step_cpu", [] { return nb::capsule(octopt_ffi::step_cpu_handler()); },
-        "The CPU step handler (XLA_FFI_Handler*) as a PyCapsule for jax.ffi.register_ffi_target.");
+  m.def(
+      "xla_ffi_step_cpu", [] { return nb::capsule(octopt_ffi::step_cpu_handler()); },
+      "The CPU step handler (XLA_FFI_Handler*) as a PyCapsule for jax.ffi.register_ffi_target.");
 #else
   m.def("xla_ffi_built", [] { return false; });
 #endif
 #ifdef OCTOPT_HAVE_XLA_FFI_CUDA
   m.def("xla_ffi_cuda_built", [] { return true; });
-  m.def("xla_ffi_step_cuda", [] { return nb::capsule(octopt_ffi::step_cuda_handler()); },
-        "The CUDA step handler (XLA_FFI_Handler*) as a PyCapsule for jax.ffi.register_ffi_target.");
+  m.def(
+      "xla_ffi_step_cuda", [] { return nb::capsule(octopt_ffi::step_cuda_handler()); },
+      "The CUDA step handler (XLA_FFI_Handler*) as a PyCapsule for jax.ffi.register_ffi_target.");
 #else
   m.def("xla_ffi_cuda_built", [] { return false; });
 #endif

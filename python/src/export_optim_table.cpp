@@ -12,9 +12,12 @@ namespace {
 
 const char* type_name(octopt::HParamType t) {
   switch (t) {
-    case octopt::HParamType::real: return "real";
-    case octopt::HParamType::optional_real: return "optional_real";
-    case octopt::HParamType::flag: return "flag";
+    case octopt::HParamType::real:
+      return "real";
+    case octopt::HParamType::optional_real:
+      return "optional_real";
+    case octopt::HParamType::flag:
+      return "flag";
   }
   return "?";
 }
@@ -81,60 +84,80 @@ void export_optim_table(nb::module_& m) {
       .def_rw("first_moment_bits", &octopt::LayoutOptions::first_moment_bits)
       .def_rw("initial_accumulator_value", &octopt::LayoutOptions::initial_accumulator_value);
 
-  m.def("optimizer_table", [] {
-    nb::list out;
-    for (const auto& o : octopt::optim_defs()) out.append(optim_entry(o));
-    return out;
-  }, "Every optimizer of the core's table: name, class name, state slots, options and defaults.");
-  m.def("hparam_table", [] {
-    nb::list out;
-    for (const auto& d : octopt::hparam_defs()) {
-      nb::dict e;
-      e["key"] = d.key;
-      e["field"] = d.field;
-      e["optax_key"] = d.optax_key;
-      e["type"] = type_name(d.type);
-      e["lo"] = d.lo;
-      e["hi"] = d.hi;
-      e["hi_open"] = d.hi_open;
-      e["doc"] = d.doc;
-      out.append(e);
-    }
-    return out;
-  }, "Every hyper-parameter of the core's table, in the order of the XLA handlers' arrays.");
-  m.def("layout_rules", [] {
-    nb::dict r;
-    r["min_block_size"] = octopt::kMinBlockSize;
-    r["max_block_size"] = octopt::kMaxBlockSize;
-    r["default_block_size"] = nb::make_tuple(nb::make_tuple(32, octopt::default_block_size(32)),
-                                             nb::make_tuple(8, octopt::default_block_size(8)),
-                                             nb::make_tuple(4, octopt::default_block_size(4)));
-    r["min_8bit_size"] = octopt::kDefaultMin8bitSize;
-    nb::dict maps;
-    for (int bits : {8, 4})
-      for (bool s : {true, false}) maps[nb::make_tuple(bits, s)] = octopt::state_map_name(bits, s);
-    r["maps"] = maps;
-    return r;
-  }, "The layout rules: block sizes, min_8bit_size and the maps of quantized state.");
+  m.def(
+      "optimizer_table",
+      [] {
+        nb::list out;
+        for (const auto& o : octopt::optim_defs()) out.append(optim_entry(o));
+        return out;
+      },
+      "Every optimizer of the core's table: name, class name, state slots, options and defaults.");
+  m.def(
+      "hparam_table",
+      [] {
+        nb::list out;
+        for (const auto& d : octopt::hparam_defs()) {
+          nb::dict e;
+          e["key"] = d.key;
+          e["field"] = d.field;
+          e["optax_key"] = d.optax_key;
+          e["type"] = type_name(d.type);
+          e["lo"] = d.lo;
+          e["hi"] = d.hi;
+          e["hi_open"] = d.hi_open;
+          e["doc"] = d.doc;
+          out.append(e);
+        }
+        return out;
+      },
+      "Every hyper-parameter of the core's table, in the order of the XLA handlers' arrays.");
+  m.def(
+      "layout_rules",
+      [] {
+        nb::dict r;
+        r["min_block_size"] = octopt::kMinBlockSize;
+        r["max_block_size"] = octopt::kMaxBlockSize;
+        r["default_block_size"] = nb::make_tuple(nb::make_tuple(32, octopt::default_block_size(32)),
+                                                 nb::make_tuple(8, octopt::default_block_size(8)),
+                                                 nb::make_tuple(4, octopt::default_block_size(4)));
+        r["min_8bit_size"] = octopt::kDefaultMin8bitSize;
+        nb::dict maps;
+        for (int bits : {8, 4})
+          for (bool s : {true, false}) maps[nb::make_tuple(bits, s)] = octopt::state_map_name(bits, s);
+        r["maps"] = maps;
+        return r;
+      },
+      "The layout rules: block sizes, min_8bit_size and the maps of quantized state.");
   m.def("state_map_values", &octopt::state_map_values, nb::arg("bits"), nb::arg("signed"));
   m.def("state_map_index", &octopt::state_map_index, nb::arg("bits"), nb::arg("signed"));
-  m.def("validate_hparams", [](const std::string& kind, const octopt::HyperParams& h, const std::string& fn) {
-    octopt::validate_hparams(octopt::optim_def(kind).kind, h, fn.c_str());
-  }, nb::arg("kind"), nb::arg("hparams"), nb::arg("fn"));
-  m.def("validate_layout", [](const octopt::LayoutOptions& lo, const std::string& fn) {
-    octopt::validate_layout(lo, fn.c_str());
-  }, nb::arg("layout"), nb::arg("fn"));
-  m.def("layout_tensor", [](const std::string& kind, const octopt::HyperParams& h, const octopt::LayoutOptions& lo,
-                            std::int64_t numel, int stochastic_rounding) {
-    const octopt::TensorLayout t = octopt::layout_tensor(octopt::optim_def(kind).kind, h, lo, numel, stochastic_rounding);
-    nb::list slots;
-    for (const auto& s : t.slots)
-      slots.append(nb::make_tuple(s.index, s.name, s.is_signed, s.bits, s.block_size, s.stochastic));
-    return nb::make_tuple(t.block_size, slots);
-  }, nb::arg("kind"), nb::arg("hparams"), nb::arg("layout"), nb::arg("numel"), nb::arg("stochastic_rounding") = -1);
-  m.def("slot_initial_value", [](const std::string& kind, int slot, const octopt::LayoutOptions& lo) {
-    return octopt::slot_initial_value(octopt::optim_def(kind).kind, slot, lo);
-  }, nb::arg("kind"), nb::arg("slot"), nb::arg("layout"));
+  m.def(
+      "validate_hparams",
+      [](const std::string& kind, const octopt::HyperParams& h, const std::string& fn) {
+        octopt::validate_hparams(octopt::optim_def(kind).kind, h, fn.c_str());
+      },
+      nb::arg("kind"), nb::arg("hparams"), nb::arg("fn"));
+  m.def(
+      "validate_layout",
+      [](const octopt::LayoutOptions& lo, const std::string& fn) { octopt::validate_layout(lo, fn.c_str()); },
+      nb::arg("layout"), nb::arg("fn"));
+  m.def(
+      "layout_tensor",
+      [](const std::string& kind, const octopt::HyperParams& h, const octopt::LayoutOptions& lo, std::int64_t numel,
+         int stochastic_rounding) {
+        const octopt::TensorLayout t =
+            octopt::layout_tensor(octopt::optim_def(kind).kind, h, lo, numel, stochastic_rounding);
+        nb::list slots;
+        for (const auto& s : t.slots)
+          slots.append(nb::make_tuple(s.index, s.name, s.is_signed, s.bits, s.block_size, s.stochastic));
+        return nb::make_tuple(t.block_size, slots);
+      },
+      nb::arg("kind"), nb::arg("hparams"), nb::arg("layout"), nb::arg("numel"), nb::arg("stochastic_rounding") = -1);
+  m.def(
+      "slot_initial_value",
+      [](const std::string& kind, int slot, const octopt::LayoutOptions& lo) {
+        return octopt::slot_initial_value(octopt::optim_def(kind).kind, slot, lo);
+      },
+      nb::arg("kind"), nb::arg("slot"), nb::arg("layout"));
   m.def("slot_initial_code", &octopt::slot_initial_code, nb::arg("bits"), nb::arg("signed"), nb::arg("init"));
   m.def("format_real", &octopt::format_real, nb::arg("value"));
 }

@@ -25,26 +25,42 @@ std::string state_dtype(nb::dlpack::dtype t) {
   switch (code) {
     case nb::dlpack::dtype_code::Float:
       return t.bits == 64 ? "F64" : t.bits == 32 ? "F32" : t.bits == 16 ? "F16" : "";
-    case nb::dlpack::dtype_code::Bfloat: return t.bits == 16 ? "BF16" : "";
+    case nb::dlpack::dtype_code::Bfloat:
+      return t.bits == 16 ? "BF16" : "";
     case nb::dlpack::dtype_code::Int:
       return t.bits == 64 ? "I64" : t.bits == 32 ? "I32" : t.bits == 16 ? "I16" : t.bits == 8 ? "I8" : "";
     case nb::dlpack::dtype_code::UInt:
       return t.bits == 64 ? "U64" : t.bits == 32 ? "U32" : t.bits == 16 ? "U16" : t.bits == 8 ? "U8" : "";
-    case nb::dlpack::dtype_code::Bool: return t.bits == 8 ? "BOOL" : "";
-    default: return "";
+    case nb::dlpack::dtype_code::Bool:
+      return t.bits == 8 ? "BOOL" : "";
+    default:
+      return "";
   }
 }
 
 std::string dlpack_dtype_name(nb::dlpack::dtype t) {
   const char* kind = "type";
   switch (nb::dlpack::dtype_code(t.code)) {
-    case nb::dlpack::dtype_code::Float: kind = "float"; break;
-    case nb::dlpack::dtype_code::Bfloat: kind = "bfloat"; break;
-    case nb::dlpack::dtype_code::Int: kind = "int"; break;
-    case nb::dlpack::dtype_code::UInt: kind = "uint"; break;
-    case nb::dlpack::dtype_code::Bool: kind = "bool"; break;
-    case nb::dlpack::dtype_code::Complex: kind = "complex"; break;
-    default: break;
+    case nb::dlpack::dtype_code::Float:
+      kind = "float";
+      break;
+    case nb::dlpack::dtype_code::Bfloat:
+      kind = "bfloat";
+      break;
+    case nb::dlpack::dtype_code::Int:
+      kind = "int";
+      break;
+    case nb::dlpack::dtype_code::UInt:
+      kind = "uint";
+      break;
+    case nb::dlpack::dtype_code::Bool:
+      kind = "bool";
+      break;
+    case nb::dlpack::dtype_code::Complex:
+      kind = "complex";
+      break;
+    default:
+      break;
   }
   std::string s = kind + std::to_string(int(t.bits));
   if (t.lanes != 1) s += "x" + std::to_string(int(t.lanes));
@@ -88,25 +104,34 @@ void save_state_file(nb::handle path, nb::handle tensors, nb::handle metadata) {
   constexpr const char* fn = "save_state_file";
   const std::string p = fs_path(path);
   if (!nb::isinstance<nb::list>(tensors) && !nb::isinstance<nb::tuple>(tensors))
-    throw nb::type_error((std::string(fn) + ": argument 'tensors' must be a list of (name, array) or (name, "
-                          "array, dtype) tuples, got " + py_type_name(tensors)).c_str());
+    throw nb::type_error((std::string(fn) +
+                          ": argument 'tensors' must be a list of (name, array) or (name, "
+                          "array, dtype) tuples, got " +
+                          py_type_name(tensors))
+                             .c_str());
   if (!nb::isinstance<nb::dict>(metadata))
-    throw nb::type_error((std::string(fn) + ": argument 'metadata' must be a dict[str, str], got " +
-                          py_type_name(metadata)).c_str());
+    throw nb::type_error(
+        (std::string(fn) + ": argument 'metadata' must be a dict[str, str], got " + py_type_name(metadata)).c_str());
 
   std::vector<AnyRO> keep;  // holds the arrays (and what they view) until the write is done
   std::vector<octopt::TensorView> views;
   for (nb::handle item : tensors) {
     const bool sequence = nb::isinstance<nb::tuple>(item) || nb::isinstance<nb::list>(item);
     if (!sequence || (nb::len(item) != 2 && nb::len(item) != 3))
-      throw nb::type_error((std::string(fn) + ": each entry of 'tensors' must be a (name, array) or (name, array, "
-                            "dtype) tuple, got " + py_type_name(item)).c_str());
+      throw nb::type_error((std::string(fn) +
+                            ": each entry of 'tensors' must be a (name, array) or (name, array, "
+                            "dtype) tuple, got " +
+                            py_type_name(item))
+                               .c_str());
     const std::string name = as_str(item[0], "a tensor name");
     const std::string arg = "tensors['" + name + "']";
     AnyRO a;
     if (!nb::try_cast(item[1], a, false))
-      throw nb::type_error((std::string(fn) + ": tensor '" + name + "' must be an array with DLPack or the buffer "
-                            "protocol (native byte order), got " + py_type_name(item[1])).c_str());
+      throw nb::type_error((std::string(fn) + ": tensor '" + name +
+                            "' must be an array with DLPack or the buffer "
+                            "protocol (native byte order), got " +
+                            py_type_name(item[1]))
+                               .c_str());
     if (a.device_type() != nb::device::cpu::value)
       throw std::invalid_argument(std::string(fn) + ": tensor '" + name + "' is not in CPU memory (copy it first)");
     if (a.size() != 0) array_ref(a, fn, arg.c_str());  // C-contiguous (an empty array has nothing to lay out)
@@ -122,7 +147,8 @@ void save_state_file(nb::handle path, nb::handle tensors, nb::handle metadata) {
     }
     if (dtype.empty())
       throw nb::type_error((std::string(fn) + ": tensor '" + name + "' has element type " +
-                            dlpack_dtype_name(a.dtype()) + ", which state files cannot hold").c_str());
+                            dlpack_dtype_name(a.dtype()) + ", which state files cannot hold")
+                               .c_str());
     std::vector<std::int64_t> shape(a.ndim());
     for (std::size_t d = 0; d < a.ndim(); ++d) shape[d] = std::int64_t(a.shape(d));
     views.push_back(octopt::TensorView{name, dtype, std::move(shape), a.size() ? a.data() : nullptr});
@@ -180,9 +206,12 @@ std::string inspect_state_file(nb::handle path) {
 
 std::uint32_t crc32c(nb::bytes data, const std::string& impl) {
   octopt::Crc32cImpl which;
-  if (impl == "auto") which = octopt::Crc32cImpl::automatic;
-  else if (impl == "portable") which = octopt::Crc32cImpl::portable;
-  else if (impl == "sse4.2") which = octopt::Crc32cImpl::sse42;
+  if (impl == "auto")
+    which = octopt::Crc32cImpl::automatic;
+  else if (impl == "portable")
+    which = octopt::Crc32cImpl::portable;
+  else if (impl == "sse4.2")
+    which = octopt::Crc32cImpl::sse42;
   else
     throw std::invalid_argument("crc32c: argument 'impl' must be 'auto', 'portable' or 'sse4.2', got '" + impl + "'");
   return octopt::crc32c(data.data(), data.size(), which);

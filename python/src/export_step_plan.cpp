@@ -29,7 +29,8 @@ class FrameworkAllocator final : public octopt::StateAllocator {
     nb::ndarray<> arr;
     if (!nb::try_cast(a, arr)) throw std::runtime_error("Optimizer: internal: the state allocator returned no array");
     const ArrayRef r = array_ref(arr, "Optimizer", "state");
-    const bool ok_dtype = elem == octopt::StateElem::f32 ? r.dtype == nb::dtype<float>() : r.dtype == nb::dtype<std::uint8_t>();
+    const bool ok_dtype =
+        elem == octopt::StateElem::f32 ? r.dtype == nb::dtype<float>() : r.dtype == nb::dtype<std::uint8_t>();
     const int where = is_cuda(r) ? r.device_id : -1;
     if (!ok_dtype || std::size_t(r.size) != count || where != device)
       throw std::runtime_error("Optimizer: internal: the state allocator returned an array of the wrong kind");
@@ -100,7 +101,8 @@ class PyStepPlan {
     if (dev == -2) throw std::invalid_argument(fn + ": argument '" + arg + "' must be on the CPU or a CUDA device");
     std::vector<std::int64_t> shape;
     for (std::size_t d = 0; d < p.ndim(); ++d) shape.push_back(std::int64_t(p.shape(d)));
-    const std::size_t i = plan_->add_tensor(group, r.data, float_dtype(r, fn.c_str(), "params"), shape, dev, fn.c_str());
+    const std::size_t i =
+        plan_->add_tensor(group, r.data, float_dtype(r, fn.c_str(), "params"), shape, dev, fn.c_str());
     params_.push_back(std::move(param));
     numel_.push_back(r.size);
     return i;
@@ -142,8 +144,8 @@ class PyStepPlan {
       const auto gd = octopt::DType(dtypes[i]);
       const void* g = reinterpret_cast<const void*>(addresses[i]);
       const std::size_t n_i = std::size_t(numel_[i]);
-      check_grad_alias("step", i, g, n_i * octopt::dtype_size(gd),
-                       plan_->tensor_data(i), n_i * octopt::dtype_size(plan_->tensor_dtype(i)));
+      check_grad_alias("step", i, g, n_i * octopt::dtype_size(gd), plan_->tensor_data(i),
+                       n_i * octopt::dtype_size(plan_->tensor_dtype(i)));
       ptrs_[i] = g;
       dtypes_[i] = gd;
     }
@@ -165,7 +167,8 @@ class PyStepPlan {
   void convert(nb::handle grads, const char* fn, std::vector<nb::object>& hold) {
     const std::size_t n = plan_->num_tensors();
     if (!nb::isinstance<nb::list>(grads) && !nb::isinstance<nb::tuple>(grads))
-      throw nb::type_error((std::string(fn) + ": argument 'grads' must be a list of arrays, one per parameter").c_str());
+      throw nb::type_error(
+          (std::string(fn) + ": argument 'grads' must be a list of arrays, one per parameter").c_str());
     const std::size_t len = nb::len(grads);
     if (len != n)
       throw std::invalid_argument(std::string(fn) + ": expected " + std::to_string(n) +
@@ -180,7 +183,8 @@ class PyStepPlan {
       nb::ndarray<nb::ro> ga;
       if (!nb::try_cast(g, ga)) {
         const std::string arg = "grads[" + std::to_string(i) + "]";
-        throw nb::type_error((std::string(fn) + ": argument '" + arg + "' must be an array (NumPy, PyTorch, CuPy; a "
+        throw nb::type_error((std::string(fn) + ": argument '" + arg +
+                              "' must be an array (NumPy, PyTorch, CuPy; a "
                               "torch tensor that requires grad must be detached), got " +
                               nb::type_name(g.type()).c_str())
                                  .c_str());
@@ -203,9 +207,9 @@ class PyStepPlan {
       if (!same) {
         std::vector<std::int64_t> gshape;
         for (std::size_t d = 0; d < ga.ndim(); ++d) gshape.push_back(std::int64_t(ga.shape(d)));
-        const std::string sizes = gr.size != numel_[i] ? " (" + std::to_string(gr.size) + " vs " +
-                                                             std::to_string(numel_[i]) + " elements)"
-                                                       : "";
+        const std::string sizes =
+            gr.size != numel_[i] ? " (" + std::to_string(gr.size) + " vs " + std::to_string(numel_[i]) + " elements)"
+                                 : "";
         throw std::invalid_argument(std::string(fn) + ": argument 'grads[" + std::to_string(i) + "]' has shape " +
                                     shape_str(gshape) + " but parameter " + std::to_string(i) + " has shape " +
                                     shape_str(pshape) + sizes);
@@ -214,8 +218,8 @@ class PyStepPlan {
       if (gdev != dev)
         throw std::invalid_argument(std::string(fn) + ": argument 'grads[" + std::to_string(i) + "]' is on " +
                                     where(gdev) + " but its parameter is on " + where(dev));
-      check_grad_alias(fn, i, gr.data, std::size_t(gr.size) * octopt::dtype_size(gd),
-                       plan_->tensor_data(i), std::size_t(numel_[i]) * octopt::dtype_size(pd));
+      check_grad_alias(fn, i, gr.data, std::size_t(gr.size) * octopt::dtype_size(gd), plan_->tensor_data(i),
+                       std::size_t(numel_[i]) * octopt::dtype_size(pd));
       ptrs_[i] = gr.data;
       dtypes_[i] = gd;
       hold.push_back(std::move(g));
@@ -226,7 +230,7 @@ class PyStepPlan {
   std::unique_ptr<octopt::StepPlan> plan_;
   std::vector<nb::object> params_;  // the parameters stay alive while the plan steps them
   std::vector<std::int64_t> numel_;
-  std::vector<const void*> ptrs_;   // per step: the gradients' addresses and dtypes
+  std::vector<const void*> ptrs_;  // per step: the gradients' addresses and dtypes
   std::vector<octopt::DType> dtypes_;
 };
 
@@ -234,23 +238,28 @@ class PyStepPlan {
 
 void export_step_plan(nb::module_& m) {
   // Test aids (the CUDA launch tests): count what a step records into a CUDA graph.
-  m.def("_cuda_begin_capture", [](std::uintptr_t stream) { octopt::cuda::begin_capture(as_stream(stream)); },
-        nb::arg("stream"));
-  m.def("_cuda_end_capture_count_nodes",
-        [](std::uintptr_t stream) { return octopt::cuda::end_capture_count_nodes(as_stream(stream)); },
-        nb::arg("stream"));
+  m.def(
+      "_cuda_begin_capture", [](std::uintptr_t stream) { octopt::cuda::begin_capture(as_stream(stream)); },
+      nb::arg("stream"));
+  m.def(
+      "_cuda_end_capture_count_nodes",
+      [](std::uintptr_t stream) { return octopt::cuda::end_capture_count_nodes(as_stream(stream)); },
+      nb::arg("stream"));
   nb::class_<PyStepPlan>(m, "StepPlan")
       .def(nb::init<const std::string&, std::uint64_t, nb::object, bool, float, bool, nb::object, const std::string&>(),
            nb::arg("kind"), nb::arg("seed"), nb::arg("stochastic_rounding").none(), nb::arg("stochastic_bf16"),
            nb::arg("percentile"), nb::arg("strict"), nb::arg("make_array"), nb::arg("fn"))
       .def("add_group", &PyStepPlan::add_group, nb::arg("hparams"), nb::arg("layout"), nb::arg("fn"))
-      .def("set_hparams",
-           [](PyStepPlan& p, int g, const octopt::HyperParams& hp, const std::string& fn) {
-             p.plan().set_hparams(g, hp, fn.c_str());
-           },
-           nb::arg("group"), nb::arg("hparams"), nb::arg("fn"))
-      .def("hparams", [](PyStepPlan& p, int g) { return p.plan().hparams(g); }, nb::arg("group"))
-      .def("layout_options", [](PyStepPlan& p, int g) { return p.plan().layout_options(g); }, nb::arg("group"))
+      .def(
+          "set_hparams",
+          [](PyStepPlan& p, int g, const octopt::HyperParams& hp, const std::string& fn) {
+            p.plan().set_hparams(g, hp, fn.c_str());
+          },
+          nb::arg("group"), nb::arg("hparams"), nb::arg("fn"))
+      .def(
+          "hparams", [](PyStepPlan& p, int g) { return p.plan().hparams(g); }, nb::arg("group"))
+      .def(
+          "layout_options", [](PyStepPlan& p, int g) { return p.plan().layout_options(g); }, nb::arg("group"))
       .def("add_tensor", &PyStepPlan::add_tensor, nb::arg("group"), nb::arg("param"), nb::arg("fn"))
       .def("tensor_state", &PyStepPlan::tensor_state, nb::arg("i"))
       .def("tensor_block_size", [](PyStepPlan& p, std::size_t i) { return p.plan().tensor_block_size(i); })
@@ -259,33 +268,39 @@ void export_step_plan(nb::module_& m) {
            nb::arg("stream") = 0)
       .def("upload", &PyStepPlan::upload, nb::arg("grads"), nb::arg("stream") = 0)
       .def("tensor_steps", [](PyStepPlan& p) { return p.plan().tensor_steps(); })
-      .def("set_tensor_steps",
-           [](PyStepPlan& p, const std::vector<std::int64_t>& s, const std::string& fn) {
-             p.plan().set_tensor_steps(s, fn.c_str());
-           },
-           nb::arg("steps"), nb::arg("fn"))
+      .def(
+          "set_tensor_steps",
+          [](PyStepPlan& p, const std::vector<std::int64_t>& s, const std::string& fn) {
+            p.plan().set_tensor_steps(s, fn.c_str());
+          },
+          nb::arg("steps"), nb::arg("fn"))
       .def("tensor_mu_products", [](PyStepPlan& p) { return p.plan().tensor_mu_products(); })
-      .def("set_tensor_mu_products",
-           [](PyStepPlan& p, const std::vector<float>& v, const std::string& fn) {
-             p.plan().set_tensor_mu_products(v, fn.c_str());
-           },
-           nb::arg("values"), nb::arg("fn"))
-      .def("skipped_blocks", [](PyStepPlan& p, bool last) { return p.plan().skipped_blocks(last); }, nb::arg("last"))
+      .def(
+          "set_tensor_mu_products",
+          [](PyStepPlan& p, const std::vector<float>& v, const std::string& fn) {
+            p.plan().set_tensor_mu_products(v, fn.c_str());
+          },
+          nb::arg("values"), nb::arg("fn"))
+      .def(
+          "skipped_blocks", [](PyStepPlan& p, bool last) { return p.plan().skipped_blocks(last); }, nb::arg("last"))
       .def("trust_ratios", [](PyStepPlan& p) { return p.plan().trust_ratios(); })
       .def("state_bytes", [](PyStepPlan& p) { return p.plan().state_bytes(); })
-      .def("save",
-           [](PyStepPlan& p, const std::string& path) {
-             nb::gil_scoped_release release;
-             p.plan().save(path);
-           },
-           nb::arg("path"))
-      .def("load",
-           [](PyStepPlan& p, const std::string& path) {
-             nb::gil_scoped_release release;
-             p.plan().load(path);
-           },
-           nb::arg("path"))
+      .def(
+          "save",
+          [](PyStepPlan& p, const std::string& path) {
+            nb::gil_scoped_release release;
+            p.plan().save(path);
+          },
+          nb::arg("path"))
+      .def(
+          "load",
+          [](PyStepPlan& p, const std::string& path) {
+            nb::gil_scoped_release release;
+            p.plan().load(path);
+          },
+          nb::arg("path"))
       .def_prop_ro("device", [](PyStepPlan& p) { return p.plan().device(); })
-      .def_prop_rw("global_step", [](PyStepPlan& p) { return p.plan().global_step(); },
-                   [](PyStepPlan& p, std::int64_t s) { p.plan().set_global_step(s); });
+      .def_prop_rw(
+          "global_step", [](PyStepPlan& p) { return p.plan().global_step(); },
+          [](PyStepPlan& p, std::int64_t s) { p.plan().set_global_step(s); });
 }

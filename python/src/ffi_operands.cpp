@@ -30,10 +30,17 @@ int codebook_index(int bits, bool is_signed) { return (bits == 8 ? 0 : 2) + (is_
 
 bool float_dtype(ffi::DataType t, octopt::DType* out) {
   switch (t) {
-    case ffi::DataType::F32: *out = octopt::DType::f32; return true;
-    case ffi::DataType::F16: *out = octopt::DType::f16; return true;
-    case ffi::DataType::BF16: *out = octopt::DType::bf16; return true;
-    default: return false;
+    case ffi::DataType::F32:
+      *out = octopt::DType::f32;
+      return true;
+    case ffi::DataType::F16:
+      *out = octopt::DType::f16;
+      return true;
+    case ffi::DataType::BF16:
+      *out = octopt::DType::bf16;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -63,7 +70,8 @@ std::string tensor(std::size_t t) { return "tensor " + std::to_string(t) + ": ";
 
 // Records the copy of an operand into its result unless XLA aliased the two.
 void copy_into(const ffi::AnyBuffer& src, ffi::AnyBuffer& dst, std::vector<Copy>& copies) {
-  if (src.untyped_data() != dst.untyped_data()) copies.push_back({src.untyped_data(), dst.untyped_data(), src.size_bytes()});
+  if (src.untyped_data() != dst.untyped_data())
+    copies.push_back({src.untyped_data(), dst.untyped_data(), src.size_bytes()});
 }
 
 // Fills one slot from the next buffers.

@@ -53,10 +53,11 @@ ffi::Error take_tensors(const ffi::RemainingArgs& in, const ffi::RemainingRets& 
 // Appends the operands, results and attributes both handlers take to `b` (after their contexts).
 template <class Binding>
 auto bind_step(Binding b) {
-  return std::move(b).template Arg<ffi::Buffer<ffi::F32>>()  // hp_dynamic
-      .template Arg<ffi::Buffer<ffi::S32>>()                // step
-      .RemainingArgs()                                      // per tensor: param, grad, state
-      .RemainingRets()                                      // per tensor: updates or new param, state
+  return std::move(b)
+      .template Arg<ffi::Buffer<ffi::F32>>()  // hp_dynamic
+      .template Arg<ffi::Buffer<ffi::S32>>()  // step
+      .RemainingArgs()                        // per tensor: param, grad, state
+      .RemainingRets()                        // per tensor: updates or new param, state
       .template Attr<std::int64_t>("kind")
       .template Attr<std::int64_t>("mode")
       .template Attr<ffi::Span<const double>>("hp_static")

@@ -39,8 +39,8 @@ ffi::Error StepCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi:
                         ffi::Span<const std::int64_t> slot_stochastic, ffi::Span<const std::int64_t> slot_signed,
                         ffi::Span<const std::int64_t> rng_streams) {
   using octopt::kNumHyperParams;
-  const octopt_ffi::Attrs a{kind, mode, hp_static, dynamic_mask, flags, seed, block_sizes, slot_bits,
-                            slot_stochastic, slot_signed, rng_streams};
+  const octopt_ffi::Attrs a{kind,        mode,      hp_static,       dynamic_mask, flags,      seed,
+                            block_sizes, slot_bits, slot_stochastic, slot_signed,  rng_streams};
   if (ffi::Error e = octopt_ffi::check_attrs(a, hp_dynamic.element_count()); !e.success()) return e;
   if (step_buf.element_count() != 1) return bad("internal: the step must be a scalar");
   // The static hyper-parameters can be checked here; the traced ones only on the device.
@@ -66,7 +66,8 @@ ffi::Error StepCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi:
     std::optional<void*> region = scratch.Allocate(launch.scratch_bytes(), launch.scratch_alignment());
     if (!region.has_value() || *region == nullptr)
       return ffi::Error(ffi::ErrorCode::kResourceExhausted, std::string(kFn) + ": could not allocate " +
-                                           std::to_string(launch.scratch_bytes()) + " bytes of XLA scratch memory");
+                                                                std::to_string(launch.scratch_bytes()) +
+                                                                " bytes of XLA scratch memory");
     for (const octopt_ffi::Copy& c : tensors.copies)
       if (cudaError_t err = cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, stream);
           err != cudaSuccess)
@@ -84,8 +85,8 @@ ffi::Error StepCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi:
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(OctoptStepCuda, StepCudaImpl, octopt_ffi::bind_step(ffi::Ffi::Bind()
-                                                         .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                                         .Ctx<ffi::ScratchAllocator>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    OctoptStepCuda, StepCudaImpl,
+    octopt_ffi::bind_step(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>().Ctx<ffi::ScratchAllocator>()));
 
 void* octopt_ffi::step_cuda_handler() { return reinterpret_cast<void*>(&OctoptStepCuda); }

@@ -1,7 +1,9 @@
 #include "exports.hpp"
 
 NB_MODULE(_octopt, m) {
-  m.doc() = "octopt native core: quantization maps, block-wise quantization, runtime information, state files, XLA FFI handlers";
+  m.doc() =
+      "octopt native core: quantization maps, block-wise quantization, runtime information, state files, XLA FFI "
+      "handlers";
   export_runtime(m);
   export_qmap(m);
   export_blockwise(m);

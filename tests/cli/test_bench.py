@@ -16,8 +16,18 @@ from octopt import cli
 
 OCTOPT_ROWS = [f"octopt {cls} {bits}-bit" for cls in ("Adam", "AdamW") for bits in (8, 4, 32)]
 CASES = ["4096", "4096x4"]
-OVERHEAD_TINY = ["--overhead-tensors", "4", "--overhead-sizes", "64", "--overhead-rounds", "1",
-                 "--overhead-steps", "2", "--overhead-warmup", "1"]
+OVERHEAD_TINY = [
+    "--overhead-tensors",
+    "4",
+    "--overhead-sizes",
+    "64",
+    "--overhead-rounds",
+    "1",
+    "--overhead-steps",
+    "2",
+    "--overhead-warmup",
+    "1",
+]
 
 
 def _installed(*names: str) -> bool:
@@ -28,9 +38,30 @@ def _installed(*names: str) -> bool:
 def bench_run(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("bench")
     out = cwd / "results"
-    cmd = [sys.executable, "-m", "octopt", "bench", "--sizes", *CASES, "--repeats", "1", "--warmup", "1",
-           "--skip", "bnb", "torchao", "--stream-size", "2^16", "--memory-size", "2^16",
-           "--memory-steps", "1", *OVERHEAD_TINY, "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "octopt",
+        "bench",
+        "--sizes",
+        *CASES,
+        "--repeats",
+        "1",
+        "--warmup",
+        "1",
+        "--skip",
+        "bnb",
+        "torchao",
+        "--stream-size",
+        "2^16",
+        "--memory-size",
+        "2^16",
+        "--memory-steps",
+        "1",
+        *OVERHEAD_TINY,
+        "--out",
+        str(out),
+    ]
     p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads((out / "step.json").read_text()), p.stdout, out
@@ -48,8 +79,12 @@ def test_every_octopt_row_is_measured_in_every_case(bench_run):
             assert len(r["times_s"]) == 1 and r["median_s"] > 0 and r["ns_per_param"] > 0, r
             assert r["of_floor"] > 0 and r["gbps"] > 0
     assert data["floor_gbps"] == max(s["gbps"] for s in data["stream"])
-    assert {(s["kernel"], s["threads"]) for s in data["stream"]} == {("copy", 1), ("copy", 2), ("triad", 1),
-                                                                      ("triad", 2)}
+    assert {(s["kernel"], s["threads"]) for s in data["stream"]} == {
+        ("copy", 1),
+        ("copy", 2),
+        ("triad", 1),
+        ("triad", 2),
+    }
 
 
 @pytest.mark.slow
@@ -98,8 +133,11 @@ def _check_overhead_rows(data: dict, out: str) -> None:
     for key in want:
         r = rows[key]
         assert r["tensors"] == 4 and r["elems"] == 64 and len(r["step_rounds_s"]) == 1, r
-        assert r["step_us"] > 0 and r["kernel_us"] > 0 and r["overhead_us_per_tensor"] == pytest.approx(
-            (r["step_us"] - r["kernel_us"]) / 3)
+        assert (
+            r["step_us"] > 0
+            and r["kernel_us"] > 0
+            and r["overhead_us_per_tensor"] == pytest.approx((r["step_us"] - r["kernel_us"]) / 3)
+        )
     assert rows[("numpy", 8)]["state_bits"] == [8] and rows[("numpy", 32)]["target_us"] == 2.0
     assert "per-tensor overhead" in out and "overhead us/tensor" in out
 
@@ -110,10 +148,20 @@ def test_overhead_section_is_measured(bench_run):
 
 
 def test_overhead_only_runs_just_that_section(tmp_path):
-    cmd = [sys.executable, "-m", "octopt", "bench", "--overhead-only", *OVERHEAD_TINY, "--no-chart",
-           "--out", str(tmp_path / "r")]
-    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=dict(os.environ),
-                       check=False)
+    cmd = [
+        sys.executable,
+        "-m",
+        "octopt",
+        "bench",
+        "--overhead-only",
+        *OVERHEAD_TINY,
+        "--no-chart",
+        "--out",
+        str(tmp_path / "r"),
+    ]
+    p = subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=dict(os.environ), check=False
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     data = json.loads((tmp_path / "r" / "step.json").read_text())
     assert data["rows"] == [] and data["stream"] == [] and data["memory"] == []

@@ -197,9 +197,7 @@ QUANTIZE_CASES = [
         "out-codes-size-4bit",
         ValueError,
         r"quantize_blockwise: argument 'out\[0\] \(codes\)' must have 500 elements",
-        lambda: octopt.quantize_blockwise(
-            x_f32(), bits=4, out=(np.empty(1000, np.uint8), np.empty(4, np.float32))
-        ),
+        lambda: octopt.quantize_blockwise(x_f32(), bits=4, out=(np.empty(1000, np.uint8), np.empty(4, np.float32))),
     ),
     (
         "out-absmax-size",
@@ -211,25 +209,19 @@ QUANTIZE_CASES = [
         "out-codes-read-only",
         ValueError,
         r"quantize_blockwise: argument 'out\[0\] \(codes\)' is read-only",
-        lambda: octopt.quantize_blockwise(
-            x_f32(), out=(read_only(np.empty(1000, np.uint8)), np.empty(4, np.float32))
-        ),
+        lambda: octopt.quantize_blockwise(x_f32(), out=(read_only(np.empty(1000, np.uint8)), np.empty(4, np.float32))),
     ),
     (
         "out-absmax-read-only",
         ValueError,
         r"quantize_blockwise: argument 'out\[1\] \(absmax\)' is read-only",
-        lambda: octopt.quantize_blockwise(
-            x_f32(), out=(np.empty(1000, np.uint8), read_only(np.empty(4, np.float32)))
-        ),
+        lambda: octopt.quantize_blockwise(x_f32(), out=(np.empty(1000, np.uint8), read_only(np.empty(4, np.float32)))),
     ),
     (
         "out-codes-strided",
         ValueError,
         r"quantize_blockwise: argument 'out\[0\] \(codes\)' must be C-contiguous",
-        lambda: octopt.quantize_blockwise(
-            x_f32(), out=(np.empty(2000, np.uint8)[::2], np.empty(4, np.float32))
-        ),
+        lambda: octopt.quantize_blockwise(x_f32(), out=(np.empty(2000, np.uint8)[::2], np.empty(4, np.float32))),
     ),
 ]
 
@@ -361,9 +353,7 @@ def test_non_finite_input_every_framework(array_case):
     for bad in (np.nan, np.inf, -np.inf):
         values = x_f32(4097)
         values[4096] = bad
-        with pytest.raises(
-            ValueError, match=r"quantize_blockwise: argument 'x' contains NaN or Inf \(1 block"
-        ):
+        with pytest.raises(ValueError, match=r"quantize_blockwise: argument 'x' contains NaN or Inf \(1 block"):
             octopt.quantize_blockwise(array_case.make(values))
 
 
@@ -383,15 +373,11 @@ def test_torch_bad_inputs():
     with pytest.raises(TypeError, match=r"quantize_blockwise: argument 'x' must be real"):
         octopt.quantize_blockwise(torch.randn(64, dtype=torch.complex64))
     codes, absmax = octopt.quantize_blockwise(x)
-    with pytest.raises(
-        TypeError, match=r"dequantize_blockwise: argument 'codes' must have dtype uint8, got int8"
-    ):
+    with pytest.raises(TypeError, match=r"dequantize_blockwise: argument 'codes' must have dtype uint8, got int8"):
         octopt.dequantize_blockwise(codes.to(torch.int8), absmax)
     with pytest.raises(TypeError, match=r"dequantize_blockwise: argument 'absmax' must have dtype float32"):
         octopt.dequantize_blockwise(codes, absmax.half())
-    with pytest.raises(
-        TypeError, match=r"quantize_blockwise: argument 'out\[0\] \(codes\)' must have dtype uint8"
-    ):
+    with pytest.raises(TypeError, match=r"quantize_blockwise: argument 'out\[0\] \(codes\)' must have dtype uint8"):
         octopt.quantize_blockwise(x, out=(codes.to(torch.int16), absmax))
 
 
@@ -422,13 +408,9 @@ def test_cpu_cuda_mismatch_torch(torch_cuda):
     ):
         octopt.quantize_blockwise(x, out=(codes, absmax))
     gpu_codes, gpu_absmax = octopt.quantize_blockwise(x)
-    with pytest.raises(
-        ValueError, match=r"dequantize_blockwise: argument 'absmax' is on cpu but 'codes' is on cuda:0"
-    ):
+    with pytest.raises(ValueError, match=r"dequantize_blockwise: argument 'absmax' is on cpu but 'codes' is on cuda:0"):
         octopt.dequantize_blockwise(gpu_codes, gpu_absmax.cpu())
-    with pytest.raises(
-        ValueError, match=r"dequantize_blockwise: argument 'out' is on cpu but 'codes' is on cuda:0"
-    ):
+    with pytest.raises(ValueError, match=r"dequantize_blockwise: argument 'out' is on cpu but 'codes' is on cuda:0"):
         octopt.dequantize_blockwise(gpu_codes, gpu_absmax, out=torch.empty(1000))
 
 
@@ -441,7 +423,5 @@ def test_cpu_cuda_mismatch_cupy(cupy_cuda):
     ):
         octopt.quantize_blockwise(x, out=(cupy.empty(1000, cupy.uint8), np.empty(4, np.float32)))
     codes, absmax = octopt.quantize_blockwise(x)
-    with pytest.raises(
-        ValueError, match=r"dequantize_blockwise: argument 'absmax' is on cpu but 'codes' is on cuda"
-    ):
+    with pytest.raises(ValueError, match=r"dequantize_blockwise: argument 'absmax' is on cpu but 'codes' is on cuda"):
         octopt.dequantize_blockwise(codes, absmax.get())

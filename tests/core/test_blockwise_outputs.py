@@ -79,12 +79,8 @@ def test_quantize_in_place(array_case, bits):
     np.testing.assert_array_equal(array_case.to_numpy(codes), array_case.to_numpy(want_codes))
     np.testing.assert_array_equal(array_case.to_numpy(absmax), array_case.to_numpy(want_absmax))
     # again into the same buffers, stochastically: written over, still in place
-    octopt.quantize_blockwise(
-        x, block_size=block_size, bits=bits, rounding="stochastic", seed=3, out=[codes, absmax]
-    )
-    sr_codes, _ = octopt.quantize_blockwise(
-        x, block_size=block_size, bits=bits, rounding="stochastic", seed=3
-    )
+    octopt.quantize_blockwise(x, block_size=block_size, bits=bits, rounding="stochastic", seed=3, out=[codes, absmax])
+    sr_codes, _ = octopt.quantize_blockwise(x, block_size=block_size, bits=bits, rounding="stochastic", seed=3)
     np.testing.assert_array_equal(array_case.to_numpy(codes), array_case.to_numpy(sr_codes))
     assert (array_case.data_ptr(codes), array_case.data_ptr(absmax)) == ptrs
 

@@ -36,8 +36,15 @@ def _data(n=100_003, seed=0):
 def _quantize_all():
     x = _data()
     out = []
-    maps = [(8, None), (4, None), (8, octopt.dynamic_map(False)), (4, octopt.log2_map(4)), (8, octopt.fp8_map()),
-            (8, octopt.linear_map(True)), (4, octopt.linear_map(False, bits=4, zero=False))]
+    maps = [
+        (8, None),
+        (4, None),
+        (8, octopt.dynamic_map(False)),
+        (4, octopt.log2_map(4)),
+        (8, octopt.fp8_map()),
+        (8, octopt.linear_map(True)),
+        (4, octopt.linear_map(False, bits=4, zero=False)),
+    ]
     for bits, q in maps:
         src = np.abs(x) if q is not None and q.min() >= 0 else x
         for bs in (32, 256, 4096):
@@ -50,9 +57,17 @@ def _quantize_all():
 
 def _steps_all():
     out = []
-    for cls, kw in [(octopt.Adam, dict(weight_decay=0.01)), (octopt.AdamW, {}), (octopt.SGD, dict(momentum=0.9)),
-                    (octopt.RMSprop, dict(momentum=0.9, centered=True)), (octopt.Adagrad, {}), (octopt.Lion, {}),
-                    (octopt.AdEMAMix, {}), (octopt.LAMB, {}), (octopt.LARS, {})]:
+    for cls, kw in [
+        (octopt.Adam, dict(weight_decay=0.01)),
+        (octopt.AdamW, {}),
+        (octopt.SGD, dict(momentum=0.9)),
+        (octopt.RMSprop, dict(momentum=0.9, centered=True)),
+        (octopt.Adagrad, {}),
+        (octopt.Lion, {}),
+        (octopt.AdEMAMix, {}),
+        (octopt.LAMB, {}),
+        (octopt.LARS, {}),
+    ]:
         for bits in (32, 8, 4):
             params = [np.random.default_rng(1).standard_normal(n).astype(np.float32) for n in (5000, 4097, 300)]
             opt = cls(params, bits=bits, **kw)

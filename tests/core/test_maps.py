@@ -36,8 +36,7 @@ def assert_same_bits(ours: np.ndarray, theirs_bits: np.ndarray) -> None:
     assert ours_bits.shape == theirs_bits.shape
     diff = np.flatnonzero(ours_bits != theirs_bits)
     assert diff.size == 0, (
-        f"{diff.size} entries differ, first at {diff[0]}: "
-        f"{ours_bits[diff[0]]:08x} vs {theirs_bits[diff[0]]:08x}"
+        f"{diff.size} entries differ, first at {diff[0]}: {ours_bits[diff[0]]:08x} vs {theirs_bits[diff[0]]:08x}"
     )
 
 

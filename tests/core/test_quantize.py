@@ -219,9 +219,7 @@ def test_dequantize_rounds_to_nearest_even(array_case, ref):
         dtype=array_case.dtype,
     )
     got = array_case.to_numpy(y)
-    np.testing.assert_array_equal(
-        got, array_case.round_to_dtype(ref.dequantize_f32(codes, absmax, qmap, 256))
-    )
+    np.testing.assert_array_equal(got, array_case.round_to_dtype(ref.dequantize_f32(codes, absmax, qmap, 256)))
     for k in (1, 2, 4, 8, 16, 32, 64, 128):
         assert got[k] == k / 256
         assert got[256 + k] == k / 256 * (1 + 4 * half_ulp)
@@ -245,9 +243,7 @@ def test_zero_stays_zero_and_signs_never_flip(array_case):
     for bits in (8, 4):
         for rounding in ("nearest", "stochastic"):
             codes, absmax = octopt.quantize_blockwise(x, bits=bits, rounding=rounding, seed=4)
-            y = array_case.to_numpy(
-                octopt.dequantize_blockwise(codes, absmax, bits=bits, shape=(values.size,))
-            )
+            y = array_case.to_numpy(octopt.dequantize_blockwise(codes, absmax, bits=bits, shape=(values.size,)))
             x64 = array_case.to_numpy(x)
             np.testing.assert_array_equal(y[x64 == 0], 0.0)
             flipped = np.flatnonzero(np.sign(y) * np.sign(x64) < 0)

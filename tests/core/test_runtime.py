@@ -17,9 +17,7 @@ def _run_python(*args: str, **env_vars: str) -> subprocess.CompletedProcess:
     # the child must import the same octopt as this process
     package_root = str(Path(octopt.__file__).resolve().parent.parent)
     env = dict(os.environ, **env_vars)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    )
+    env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=120)
 
 

@@ -42,8 +42,10 @@ def _sanitizer_link_error(flags: list[str]) -> str | None:
         src.write_text("#include <vector>\nint main() { std::vector<int> v(3); return v[1]; }\n")
         try:
             proc = subprocess.run(
-                [compiler, *flags, str(src), "-o", str(exe)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True
+                [compiler, *flags, str(src), "-o", str(exe)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
             )
             if proc.returncode != 0:
                 return f"{compiler} {' '.join(flags)} cannot link: {proc.stdout.strip()[-500:]}"

@@ -4,6 +4,7 @@ Run with bitsandbytes installed:  python3 tests/cpp/gen_map_golden.py
 The 4-bit dynamic map of bitsandbytes is padded to 256 entries with zeros; octopt's is not, so the
 padding is dropped here (the 16 distinct values, in order).
 """
+
 import struct
 
 import bitsandbytes.functional as F

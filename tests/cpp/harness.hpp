@@ -120,81 +120,84 @@ inline int run_all(const std::string& filter) {
 
 #define OCTOPT_TEST_CAT2(a, b) a##b
 #define OCTOPT_TEST_CAT(a, b) OCTOPT_TEST_CAT2(a, b)
-#define OCTOPT_TEST(name)                                                           \
-  static void name();                                                               \
+#define OCTOPT_TEST(name)                                                               \
+  static void name();                                                                   \
   static const ::octopt_test::Registrar OCTOPT_TEST_CAT(registrar_, name){#name, name}; \
   static void name()
 
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    if (static_cast<bool>(cond)) ::octopt_test::pass();                              \
-    else ::octopt_test::fail(__FILE__, __LINE__, "CHECK(" #cond ")");                \
+#define CHECK(cond)                                                \
+  do {                                                             \
+    if (static_cast<bool>(cond))                                   \
+      ::octopt_test::pass();                                       \
+    else                                                           \
+      ::octopt_test::fail(__FILE__, __LINE__, "CHECK(" #cond ")"); \
   } while (0)
 
 // Like CHECK, with a note (e.g. the input) added to the failure message; note is only evaluated
 // on failure.
-#define CHECK_AT(cond, note)                                                         \
-  do {                                                                               \
-    if (static_cast<bool>(cond)) ::octopt_test::pass();                              \
-    else                                                                             \
-      [&]() OCTOPT_TEST_COLD {                                                       \
+#define CHECK_AT(cond, note)                                                                   \
+  do {                                                                                         \
+    if (static_cast<bool>(cond))                                                               \
+      ::octopt_test::pass();                                                                   \
+    else                                                                                       \
+      [&]() OCTOPT_TEST_COLD {                                                                 \
         ::octopt_test::fail(__FILE__, __LINE__, std::string("CHECK(" #cond ") at ") + (note)); \
-      }();                                                                           \
+      }();                                                                                     \
   } while (0)
 
 #define CHECK_EQ(a, b) CHECK_EQ_AT(a, b, std::string("this check"))
 
 // Like CHECK_EQ, with a note added to the failure message.
-#define CHECK_EQ_AT(a, b, note)                                                      \
-  do {                                                                               \
-    const auto& octopt_a_ = (a);                                                     \
-    const auto& octopt_b_ = (b);                                                     \
-    if (octopt_a_ == octopt_b_) ::octopt_test::pass();                               \
-    else                                                                             \
-      [&]() OCTOPT_TEST_COLD {                                                       \
-        ::octopt_test::fail(__FILE__, __LINE__,                                      \
-                            "CHECK_EQ(" #a ", " #b "): " +                           \
-                                ::octopt_test::show(octopt_a_) + " != " +            \
-                                ::octopt_test::show(octopt_b_) + " at " + (note));   \
-      }();                                                                           \
+#define CHECK_EQ_AT(a, b, note)                                                             \
+  do {                                                                                      \
+    const auto& octopt_a_ = (a);                                                            \
+    const auto& octopt_b_ = (b);                                                            \
+    if (octopt_a_ == octopt_b_)                                                             \
+      ::octopt_test::pass();                                                                \
+    else                                                                                    \
+      [&]() OCTOPT_TEST_COLD {                                                              \
+        ::octopt_test::fail(__FILE__, __LINE__,                                             \
+                            "CHECK_EQ(" #a ", " #b "): " + ::octopt_test::show(octopt_a_) + \
+                                " != " + ::octopt_test::show(octopt_b_) + " at " + (note)); \
+      }();                                                                                  \
   } while (0)
 
 // Float equality of bit patterns (so -0.0 != 0.0 and a NaN equals the same NaN).
-#define CHECK_BITS_EQ(a, b)                                                          \
-  do {                                                                               \
-    const float octopt_a_ = (a);                                                     \
-    const float octopt_b_ = (b);                                                     \
-    if (::octopt_test::bits_of(octopt_a_) == ::octopt_test::bits_of(octopt_b_))     \
-      ::octopt_test::pass();                                                         \
-    else                                                                             \
-      [&]() OCTOPT_TEST_COLD {                                                       \
-        ::octopt_test::fail(__FILE__, __LINE__,                                      \
-                            "CHECK_BITS_EQ(" #a ", " #b "): " +                      \
-                                ::octopt_test::show(octopt_a_) + " != " +            \
-                                ::octopt_test::show(octopt_b_));                     \
-      }();                                                                           \
+#define CHECK_BITS_EQ(a, b)                                                                      \
+  do {                                                                                           \
+    const float octopt_a_ = (a);                                                                 \
+    const float octopt_b_ = (b);                                                                 \
+    if (::octopt_test::bits_of(octopt_a_) == ::octopt_test::bits_of(octopt_b_))                  \
+      ::octopt_test::pass();                                                                     \
+    else                                                                                         \
+      [&]() OCTOPT_TEST_COLD {                                                                   \
+        ::octopt_test::fail(__FILE__, __LINE__,                                                  \
+                            "CHECK_BITS_EQ(" #a ", " #b "): " + ::octopt_test::show(octopt_a_) + \
+                                " != " + ::octopt_test::show(octopt_b_));                        \
+      }();                                                                                       \
   } while (0)
 
 // CHECK_THROWS(expr, ExceptionType, {"substring", ...}): expr throws ExceptionType (or a subclass)
 // whose what() contains every substring.
-#define CHECK_THROWS(expr, Exc, ...)                                                 \
-  do {                                                                               \
-    std::string octopt_err_;                                                         \
-    try {                                                                            \
-      (void)(expr);                                                                  \
-      octopt_err_ = "did not throw";                                                 \
-    } catch (const Exc& e) {                                                         \
-      const std::string octopt_msg_ = e.what();                                      \
-      for (const char* octopt_s_ : std::vector<const char*> __VA_ARGS__)             \
-        if (octopt_msg_.find(octopt_s_) == std::string::npos)                        \
-          octopt_err_ += std::string("message lacks '") + octopt_s_ + "'; ";         \
-      if (!octopt_err_.empty()) octopt_err_ += "message: " + octopt_msg_;            \
-    } catch (const std::exception& e) {                                              \
-      octopt_err_ = std::string("threw another exception type: ") + e.what();        \
-    } catch (...) {                                                                  \
-      octopt_err_ = "threw a non-standard exception";                                \
-    }                                                                                \
-    if (octopt_err_.empty()) ::octopt_test::pass();                                  \
-    else ::octopt_test::fail(__FILE__, __LINE__,                                     \
-                             "CHECK_THROWS(" #expr ", " #Exc "): " + octopt_err_);   \
+#define CHECK_THROWS(expr, Exc, ...)                                                                \
+  do {                                                                                              \
+    std::string octopt_err_;                                                                        \
+    try {                                                                                           \
+      (void)(expr);                                                                                 \
+      octopt_err_ = "did not throw";                                                                \
+    } catch (const Exc& e) {                                                                        \
+      const std::string octopt_msg_ = e.what();                                                     \
+      for (const char* octopt_s_ : std::vector<const char*> __VA_ARGS__)                            \
+        if (octopt_msg_.find(octopt_s_) == std::string::npos)                                       \
+          octopt_err_ += std::string("message lacks '") + octopt_s_ + "'; ";                        \
+      if (!octopt_err_.empty()) octopt_err_ += "message: " + octopt_msg_;                           \
+    } catch (const std::exception& e) {                                                             \
+      octopt_err_ = std::string("threw another exception type: ") + e.what();                       \
+    } catch (...) {                                                                                 \
+      octopt_err_ = "threw a non-standard exception";                                               \
+    }                                                                                               \
+    if (octopt_err_.empty())                                                                        \
+      ::octopt_test::pass();                                                                        \
+    else                                                                                            \
+      ::octopt_test::fail(__FILE__, __LINE__, "CHECK_THROWS(" #expr ", " #Exc "): " + octopt_err_); \
   } while (0)

@@ -44,8 +44,10 @@ inline std::uint32_t rne_on_grid(const std::vector<double>& grid, double ax) {
   std::size_t lo = 0, hi = grid.size() - 1;  // invariant: grid[lo] <= ax < grid[hi]
   while (hi - lo > 1) {
     const std::size_t mid = (lo + hi) / 2;
-    if (grid[mid] <= ax) lo = mid;
-    else hi = mid;
+    if (grid[mid] <= ax)
+      lo = mid;
+    else
+      hi = mid;
   }
   const double dlo = ax - grid[lo], dhi = grid[hi] - ax;
   if (dlo < dhi) return std::uint32_t(lo);
@@ -57,9 +59,12 @@ inline std::uint32_t rne_on_grid(const std::vector<double>& grid, double ax) {
 inline double half_value(std::uint16_t h) {
   const int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
   double v;
-  if (exp == 0) v = std::ldexp(double(mant), -24);
-  else if (exp == 31) v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  else v = std::ldexp(1.0 + double(mant) / 1024.0, exp - 15);
+  if (exp == 0)
+    v = std::ldexp(double(mant), -24);
+  else if (exp == 31)
+    v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else
+    v = std::ldexp(1.0 + double(mant) / 1024.0, exp - 15);
   return sign ? -v : v;
 }
 
@@ -67,9 +72,12 @@ inline double half_value(std::uint16_t h) {
 inline double bf16_value(std::uint16_t h) {
   const int sign = (h >> 15) & 1, exp = (h >> 7) & 0xff, mant = h & 0x7f;
   double v;
-  if (exp == 0) v = std::ldexp(double(mant), -133);
-  else if (exp == 255) v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  else v = std::ldexp(1.0 + double(mant) / 128.0, exp - 127);
+  if (exp == 0)
+    v = std::ldexp(double(mant), -133);
+  else if (exp == 255)
+    v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else
+    v = std::ldexp(1.0 + double(mant) / 128.0, exp - 127);
   return sign ? -v : v;
 }
 

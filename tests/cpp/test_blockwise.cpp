@@ -54,8 +54,10 @@ OCTOPT_TEST(round_trip_other_maps) {
     int bits;
     bool non_negative;
   };
-  const std::vector<M> maps = {{dynamic_map(false), 8, true}, {linear_map_nozero(4), 4, true},
-                               {fp8_map(), 8, false},         {linear_map(true, 8), 8, false},
+  const std::vector<M> maps = {{dynamic_map(false), 8, true},
+                               {linear_map_nozero(4), 4, true},
+                               {fp8_map(), 8, false},
+                               {linear_map(true, 8), 8, false},
                                {linear_map(false, 4), 4, true}};
   for (const M& m : maps) {
     const std::vector<float> x = test_values(4097, m.non_negative, 77);
@@ -66,9 +68,9 @@ OCTOPT_TEST(round_trip_other_maps) {
 OCTOPT_TEST(all_zero_blocks_store_zero_absmax_and_decode_to_zeros) {
   const std::vector<float> map = dynamic_map(true);
   std::vector<float> x = test_values(4097, false, 5);
-  for (std::int64_t i = 0; i < 256; ++i) x[std::size_t(i)] = 0.0f;              // block 0
-  for (std::int64_t i = 5 * 256; i < 6 * 256; ++i) x[std::size_t(i)] = -0.0f;   // block 5, negative zeros
-  x[4096] = 0.0f;                                                                // partial block 16
+  for (std::int64_t i = 0; i < 256; ++i) x[std::size_t(i)] = 0.0f;             // block 0
+  for (std::int64_t i = 5 * 256; i < 6 * 256; ++i) x[std::size_t(i)] = -0.0f;  // block 5, negative zeros
+  x[4096] = 0.0f;                                                              // partial block 16
   for (DType dt : {DType::f32, DType::f16, DType::bf16})
     for (int bits : {8, 4}) {
       const Quantized q = quantize(dt, x, bits == 8 ? map : dynamic_map(true, 3, 4), bits, 256);
@@ -86,11 +88,11 @@ OCTOPT_TEST(all_zero_blocks_store_zero_absmax_and_decode_to_zeros) {
 OCTOPT_TEST(non_finite_blocks_are_counted) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   std::vector<float> x = test_values(4097, false, 6);
-  x[3] = nan;       // block 0
-  x[1000] = inf;    // block 3
-  x[1900] = nan;    // block 7 holds both
+  x[3] = nan;     // block 0
+  x[1000] = inf;  // block 3
+  x[1900] = nan;  // block 7 holds both
   x[1901] = -inf;
-  x[4096] = -inf;   // the partial last block 16
+  x[4096] = -inf;  // the partial last block 16
   const std::vector<std::int64_t> bad_blocks = {0, 3, 7, 16};
   const int saved = get_num_threads();
   for (DType dt : {DType::f32, DType::f16, DType::bf16})
@@ -147,23 +149,23 @@ OCTOPT_TEST(invalid_arguments_throw) {
   std::vector<float> absmax(100);
   for (int bs : {0, 48, 16, 8192, -64, 33, 4095}) {
     const std::string v = std::to_string(bs);
-    CHECK_THROWS(quantize_blockwise(x.data(), DType::f32, 100, cb8, bs, 8, Rounding::nearest, 0, codes.data(),
-                                    absmax.data()),
-                 std::invalid_argument, {"quantize_blockwise", "block_size", v.c_str()});
+    CHECK_THROWS(
+        quantize_blockwise(x.data(), DType::f32, 100, cb8, bs, 8, Rounding::nearest, 0, codes.data(), absmax.data()),
+        std::invalid_argument, {"quantize_blockwise", "block_size", v.c_str()});
     CHECK_THROWS(dequantize_blockwise(codes.data(), absmax.data(), 100, cb8, bs, 8, DType::f32, out.data()),
                  std::invalid_argument, {"dequantize_blockwise", "block_size", v.c_str()});
   }
-  CHECK_THROWS(quantize_blockwise(x.data(), DType::f32, 100, cb8, 64, 4, Rounding::nearest, 0, codes.data(),
-                                  absmax.data()),
-               std::invalid_argument, {"quantize_blockwise", "qmap"});
-  CHECK_THROWS(quantize_blockwise(x.data(), DType::f32, 100, cb4, 64, 8, Rounding::nearest, 0, codes.data(),
-                                  absmax.data()),
-               std::invalid_argument, {"quantize_blockwise", "qmap"});
+  CHECK_THROWS(
+      quantize_blockwise(x.data(), DType::f32, 100, cb8, 64, 4, Rounding::nearest, 0, codes.data(), absmax.data()),
+      std::invalid_argument, {"quantize_blockwise", "qmap"});
+  CHECK_THROWS(
+      quantize_blockwise(x.data(), DType::f32, 100, cb4, 64, 8, Rounding::nearest, 0, codes.data(), absmax.data()),
+      std::invalid_argument, {"quantize_blockwise", "qmap"});
   CHECK_THROWS(dequantize_blockwise(codes.data(), absmax.data(), 100, cb8, 64, 3, DType::f32, out.data()),
                std::invalid_argument, {"dequantize_blockwise", "bits", "3"});
-  CHECK_THROWS(quantize_blockwise(x.data(), DType::f32, -1, cb8, 64, 8, Rounding::nearest, 0, codes.data(),
-                                  absmax.data()),
-               std::invalid_argument, {"quantize_blockwise"});
+  CHECK_THROWS(
+      quantize_blockwise(x.data(), DType::f32, -1, cb8, 64, 8, Rounding::nearest, 0, codes.data(), absmax.data()),
+      std::invalid_argument, {"quantize_blockwise"});
   // n = 0 is valid and touches nothing.
   codes.assign(codes.size(), 0xAB);
   CHECK_EQ(quantize_blockwise(x.data(), DType::f32, 0, cb8, 64, 8, Rounding::nearest, 0, codes.data(), absmax.data()),

@@ -66,8 +66,8 @@ std::vector<TestMap> test_maps() {
 
 // Entries, midpoints and the floats right next to them, and the ends of [-1, 1].
 std::vector<float> edge_points(const std::vector<float>& v) {
-  std::vector<float> pts = {0.0f, -0.0f, 1.0f, -1.0f, std::numeric_limits<float>::denorm_min(),
-                            -std::numeric_limits<float>::denorm_min()};
+  std::vector<float> pts = {
+      0.0f, -0.0f, 1.0f, -1.0f, std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min()};
   auto around = [&](float x) {
     const float below = std::nextafter(x, -kInf), above = std::nextafter(x, kInf);
     for (float p : {below, x, above})

@@ -33,8 +33,9 @@ EXE = ".exe" if sys.platform == "win32" else ""
 
 
 def _run(cmd, cwd=ROOT, check=True):
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=TIMEOUT_S)
+    proc = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=TIMEOUT_S
+    )
     if check:
         what = " ".join(map(str, cmd))
         assert proc.returncode == 0, f"{what} exited with {proc.returncode}:\n{proc.stdout[-20000:]}"
@@ -52,8 +53,20 @@ def prefix(tmp_path_factory):
     """The core (CPU only, no Python) built under build/cpp-consumer and installed into a temp prefix."""
     build_dir = ROOT / "build" / "cpp-consumer"
     if not (build_dir / "CMakeCache.txt").exists():
-        _run([CMAKE, "-S", ROOT, "-B", build_dir, *_generator(build_dir), "-DOCTOPT_BUILD_PYTHON=OFF",
-              "-DOCTOPT_ENABLE_CUDA=OFF", "-DOCTOPT_BUILD_TESTS=OFF", "-DCMAKE_BUILD_TYPE=Release"])
+        _run(
+            [
+                CMAKE,
+                "-S",
+                ROOT,
+                "-B",
+                build_dir,
+                *_generator(build_dir),
+                "-DOCTOPT_BUILD_PYTHON=OFF",
+                "-DOCTOPT_ENABLE_CUDA=OFF",
+                "-DOCTOPT_BUILD_TESTS=OFF",
+                "-DCMAKE_BUILD_TYPE=Release",
+            ]
+        )
     _run([CMAKE, "--build", build_dir, "-j", "2", "--target", "octopt"])
     dest = tmp_path_factory.mktemp("prefix")
     _run([CMAKE, "--install", build_dir, "--prefix", dest])
@@ -61,8 +74,9 @@ def prefix(tmp_path_factory):
 
 
 def _build_examples(build_dir, find_arg):
-    proc = _run([CMAKE, "-S", ROOT / "examples" / "cpp", "-B", build_dir, *_generator(build_dir), find_arg],
-                check=False)
+    proc = _run(
+        [CMAKE, "-S", ROOT / "examples" / "cpp", "-B", build_dir, *_generator(build_dir), find_arg], check=False
+    )
     if proc.returncode != 0:
         return proc
     log = _run([CMAKE, "--build", build_dir, "-j", "2"]).stdout
@@ -95,8 +109,7 @@ def _check_least_squares(build_dir, tmp_path):
 
 
 def test_least_squares_installed_prefix(examples, prefix, tmp_path):
-    for part in ("include/octopt/optimizer.hpp", "include/octopt/octopt.hpp",
-                 "share/cmake/octopt/octoptConfig.cmake"):
+    for part in ("include/octopt/optimizer.hpp", "include/octopt/octopt.hpp", "share/cmake/octopt/octoptConfig.cmake"):
         assert (prefix / part).exists(), part
     assert list(prefix.glob("lib*/liboctopt.a")), "liboctopt.a was not installed"
     _check_least_squares(examples, tmp_path)
@@ -107,23 +120,32 @@ def test_least_squares_wheel(tmp_path):
 
     cmake_dir = Path(octopt.cmake_dir())
     pkg = Path(octopt.__file__).parent
-    for part in (cmake_dir / "octoptConfig.cmake", cmake_dir / "octoptConfigVersion.cmake",
-                 pkg / "include" / "octopt" / "optimizer.hpp", pkg / "lib" / "liboctopt.a"):
+    for part in (
+        cmake_dir / "octoptConfig.cmake",
+        cmake_dir / "octoptConfigVersion.cmake",
+        pkg / "include" / "octopt" / "optimizer.hpp",
+        pkg / "lib" / "liboctopt.a",
+    ):
         if not part.exists():
             if pkg.resolve() == (ROOT / "python" / "octopt").resolve():
-                pytest.skip("octopt is imported from the source tree (editable install): there is no wheel "
-                            "layout with headers, liboctopt.a and the CMake config to test")
+                pytest.skip(
+                    "octopt is imported from the source tree (editable install): there is no wheel "
+                    "layout with headers, liboctopt.a and the CMake config to test"
+                )
             pytest.fail(f"the installed octopt does not ship {part}")
     build_dir = tmp_path / "examples-wheel"
     proc = _build_examples(build_dir, f"-Doctopt_DIR={cmake_dir}")
     if proc.returncode != 0 and octopt.cuda_built() and "CUDAToolkit" in proc.stdout:
-        pytest.skip("this wheel was built with CUDA, and its CMake config needs a CUDA toolkit "
-                    "(find_dependency(CUDAToolkit)) that CMake cannot find here")
+        pytest.skip(
+            "this wheel was built with CUDA, and its CMake config needs a CUDA toolkit "
+            "(find_dependency(CUDAToolkit)) that CMake cannot find here"
+        )
     assert proc.returncode == 0, f"configuring examples/cpp against the wheel failed:\n{proc.stdout[-20000:]}"
     _check_least_squares(build_dir, tmp_path)
 
 
 # ---- state files across languages ---------------------------------------------------------------
+
 
 def _py_setup(bits, kind="AdamW", shapes=SHAPES):
     import octopt

@@ -25,8 +25,7 @@ RUN_TIMEOUT_S = 600
 
 CMAKE = shutil.which("cmake")
 # ctest ships with cmake: the one beside it first
-CTEST = next((str(p) for p in ([Path(CMAKE).with_name("ctest")] if CMAKE else []) if p.exists()),
-             shutil.which("ctest"))
+CTEST = next((str(p) for p in ([Path(CMAKE).with_name("ctest")] if CMAKE else []) if p.exists()), shutil.which("ctest"))
 pytestmark = [
     pytest.mark.build,
     pytest.mark.skipif(CMAKE is None, reason="cmake is not on PATH"),
@@ -83,8 +82,9 @@ def build(build_dir, extra_options=None):
 def run_ctest(build_dir, env=None):
     """Runs the build's CTest tests (the C++ test program), asserts that they and every check in them
     passed, returns ctest's output (with the program's, -V)."""
-    rc, out = _run([CTEST, "--test-dir", str(build_dir), "-V", "--timeout", str(RUN_TIMEOUT_S)],
-                   RUN_TIMEOUT_S + 60, env=env)
+    rc, out = _run(
+        [CTEST, "--test-dir", str(build_dir), "-V", "--timeout", str(RUN_TIMEOUT_S)], RUN_TIMEOUT_S + 60, env=env
+    )
     assert rc == 0, f"ctest exited with {rc}:\n{_tail(out)}"
     assert "100% tests passed" in out, f"ctest ran no test or not all passed:\n{_tail(out)}"
     m = SUMMARY.search(out)
@@ -116,14 +116,17 @@ def _leak_detection_error(flags, env):
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     with tempfile.TemporaryDirectory() as tmp:
         src, exe = Path(tmp) / "leak.cpp", Path(tmp) / "leak"
-        src.write_text("#include <cstdlib>\nvoid* volatile p;\n"
-                       "int main() { p = std::malloc(77); p = nullptr; return 0; }\n")
-        proc = subprocess.run([cxx, *flags, str(src), "-o", str(exe)], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+        src.write_text(
+            "#include <cstdlib>\nvoid* volatile p;\nint main() { p = std::malloc(77); p = nullptr; return 0; }\n"
+        )
+        proc = subprocess.run(
+            [cxx, *flags, str(src), "-o", str(exe)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         if proc.returncode != 0:
             return f"cannot build the leak probe: {proc.stdout.strip()[-500:]}"
-        proc = subprocess.run([str(exe)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=60, env=env)
+        proc = subprocess.run(
+            [str(exe)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60, env=env
+        )
     if proc.returncode != 0 and "LeakSanitizer: detected memory leaks" in proc.stdout and "77 byte" in proc.stdout:
         return None
     return f"LeakSanitizer did not report a deliberate leak (exit {proc.returncode}): {proc.stdout.strip()[-500:]}"

@@ -200,10 +200,12 @@ OCTOPT_TEST(forked_child_runs_regions_after_the_parent_did) {
       CHECK(region_uses_threads(std::size_t(threads), 30));
       CHECK_EQ(in_child([&] { return child_runs_regions(threads); }, 20), 0);
       // a grandchild too: the child's own restarted workers are left behind the same way
-      CHECK_EQ(in_child([&] {
-                 if (!covers_once(5000, 8)) return 20;
-                 return in_child([&] { return child_runs_regions(threads); }, 20);
-               }, 30),
+      CHECK_EQ(in_child(
+                   [&] {
+                     if (!covers_once(5000, 8)) return 20;
+                     return in_child([&] { return child_runs_regions(threads); }, 20);
+                   },
+                   30),
                0);
       CHECK(covers_once(100003, 16));  // and the parent's pool is unchanged
     }
@@ -227,10 +229,12 @@ OCTOPT_TEST(fork_while_another_thread_is_inside_a_region) {
       });
     });
     CHECK(wait_until([&] { return inside.load() >= 2; }, 30));
-    CHECK_EQ(in_child([] {
-               if (detail::regions_at_last_fork() != 1) return 30;
-               return child_runs_regions(2);
-             }, 20),
+    CHECK_EQ(in_child(
+                 [] {
+                   if (detail::regions_at_last_fork() != 1) return 30;
+                   return child_runs_regions(2);
+                 },
+                 20),
              0);
     release = true;
     other.join();

@@ -73,18 +73,44 @@ OCTOPT_TEST(maps_have_size_order_and_range) {
 
 // Golden values from bitsandbytes' create_dynamic_map, printed by gen_map_golden.py.
 OCTOPT_TEST(dynamic_map_matches_bitsandbytes) {
-  check_spots(dynamic_map(true), {{0, 0xbf7e3333u}, {1, 0xbf7a999au}, {2, 0xbf770000u}, {37, 0xbef20000u},
-                                  {100, 0xbbf4bc6au}, {126, 0xb513a3b7u}, {127, 0x00000000u}, {128, 0x3513a3b7u},
-                                  {129, 0x365a1a94u}, {200, 0x3e6f3333u}, {253, 0x3f7a999au}, {254, 0x3f7e3333u},
+  check_spots(dynamic_map(true), {{0, 0xbf7e3333u},
+                                  {1, 0xbf7a999au},
+                                  {2, 0xbf770000u},
+                                  {37, 0xbef20000u},
+                                  {100, 0xbbf4bc6au},
+                                  {126, 0xb513a3b7u},
+                                  {127, 0x00000000u},
+                                  {128, 0x3513a3b7u},
+                                  {129, 0x365a1a94u},
+                                  {200, 0x3e6f3333u},
+                                  {253, 0x3f7a999au},
+                                  {254, 0x3f7e3333u},
                                   {255, 0x3f800000u}});
-  check_spots(dynamic_map(false), {{0, 0x00000000u}, {1, 0x34ae7baau}, {2, 0x35500998u}, {64, 0x3c466667u},
-                                   {127, 0x3dd40000u}, {128, 0x3de26666u}, {191, 0x3f0db334u}, {254, 0x3f7f199au},
+  check_spots(dynamic_map(false), {{0, 0x00000000u},
+                                   {1, 0x34ae7baau},
+                                   {2, 0x35500998u},
+                                   {64, 0x3c466667u},
+                                   {127, 0x3dd40000u},
+                                   {128, 0x3de26666u},
+                                   {191, 0x3f0db334u},
+                                   {254, 0x3f7f199au},
                                    {255, 0x3f800000u}});
-  check_spots(dynamic_map(true, 3, 4),
-              {{0, 0xbf633333u}, {1, 0xbf29999au}, {2, 0xbee00000u}, {3, 0xbe599999u}, {4, 0xbd9eb852u},
-               {5, 0xbd051eb9u}, {6, 0xbbb43958u}, {7, 0x00000000u}, {8, 0x3bb43958u}, {9, 0x3d051eb9u},
-               {10, 0x3d9eb852u}, {11, 0x3e599999u}, {12, 0x3ee00000u}, {13, 0x3f29999au}, {14, 0x3f633333u},
-               {15, 0x3f800000u}});
+  check_spots(dynamic_map(true, 3, 4), {{0, 0xbf633333u},
+                                        {1, 0xbf29999au},
+                                        {2, 0xbee00000u},
+                                        {3, 0xbe599999u},
+                                        {4, 0xbd9eb852u},
+                                        {5, 0xbd051eb9u},
+                                        {6, 0xbbb43958u},
+                                        {7, 0x00000000u},
+                                        {8, 0x3bb43958u},
+                                        {9, 0x3d051eb9u},
+                                        {10, 0x3d9eb852u},
+                                        {11, 0x3e599999u},
+                                        {12, 0x3ee00000u},
+                                        {13, 0x3f29999au},
+                                        {14, 0x3f633333u},
+                                        {15, 0x3f800000u}});
   // The signed map mirrors its negative half: entries 0..254 are symmetric about zero, 255 is 1.
   const std::vector<float> s = dynamic_map(true);
   for (int i = 0; i < 255; ++i) CHECK_EQ_AT(s[std::size_t(i)], -s[std::size_t(254 - i)], "index " + std::to_string(i));

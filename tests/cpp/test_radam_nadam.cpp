@@ -58,8 +58,10 @@ struct Reference {
     for (std::size_t i = 0; i < p.size(); ++i) {
       double g = hp.maximize ? -double(grad[i]) : double(grad[i]);
       if (wd != 0.0) {
-        if (hp.decoupled_weight_decay) p[i] *= 1.0 - lr * wd;
-        else g += wd * p[i];
+        if (hp.decoupled_weight_decay)
+          p[i] *= 1.0 - lr * wd;
+        else
+          g += wd * p[i];
       }
       m[i] += (1.0 - b1) * (g - m[i]);
       v[i] = v[i] * b2 + (1.0 - b2) * g * g;

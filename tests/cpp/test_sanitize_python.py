@@ -135,8 +135,17 @@ def test_python_core_paths_under_asan(sanitizer_flags, tail):
         pytest.skip("gcc does not report the paths of libasan.so/libubsan.so to preload")
     site = BASE / "site"
     cmd = [
-        sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--upgrade", "-q",
-        "--target", str(site), str(ROOT),
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-build-isolation",
+        "--no-deps",
+        "--upgrade",
+        "-q",
+        "--target",
+        str(site),
+        str(ROOT),
         f"-Cbuild-dir={BASE / 'cmake'}",
         "-Ccmake.build-type=RelWithDebInfo",
         "-Ccmake.define.CMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1",
@@ -144,8 +153,9 @@ def test_python_core_paths_under_asan(sanitizer_flags, tail):
         "-Ccmake.define.OCTOPT_ENABLE_CUDA=OFF",
     ]
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
-    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=BUILD_TIMEOUT_S, env=env)
+    proc = subprocess.run(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=BUILD_TIMEOUT_S, env=env
+    )
     if proc.returncode != 0 and "No module named pip" in proc.stdout:
         pytest.skip("pip is not available to build the sanitized extension")
     assert proc.returncode == 0, f"building the sanitized extension failed:\n{tail(proc.stdout)}"
@@ -163,13 +173,27 @@ def test_python_core_paths_under_asan(sanitizer_flags, tail):
         PYTHONMALLOC="malloc",  # every Python allocation goes through ASan's malloc
     )
     # Control: in this setup a use-after-free is reported (so a clean run below means something).
-    control = subprocess.run([sys.executable, "-c", CONTROL], cwd=BASE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, timeout=60, env=env)
+    control = subprocess.run(
+        [sys.executable, "-c", CONTROL],
+        cwd=BASE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert control.returncode != 0 and "ERROR: AddressSanitizer: heap-use-after-free" in control.stderr, (
         f"the preloaded ASan runtime did not catch a use-after-free:\n{tail(control.stderr)}"
     )
-    run = subprocess.run([sys.executable, "-c", SCRIPT], cwd=BASE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, timeout=RUN_TIMEOUT_S, env=env)
+    run = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        cwd=BASE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        env=env,
+    )
     report = f"exit {run.returncode}\nstdout:\n{tail(run.stdout)}\nstderr:\n{tail(run.stderr)}"
     assert run.returncode == 0, report
     assert "SANITIZED-RUN-OK" in run.stdout, report
@@ -177,7 +201,12 @@ def test_python_core_paths_under_asan(sanitizer_flags, tail):
     assert "runtime error" not in run.stderr, report
     # the module really is the instrumented one
     check = subprocess.run(
-        [sys.executable, "-c", "import octopt._octopt as m; print(m.__file__)"], cwd=BASE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60, env=env,
+        [sys.executable, "-c", "import octopt._octopt as m; print(m.__file__)"],
+        cwd=BASE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert check.returncode == 0 and str(site) in check.stdout, check.stdout + check.stderr

@@ -18,9 +18,9 @@ using namespace octopt;
 
 namespace {
 
-const OptimKind kAll[] = {OptimKind::adam,     OptimKind::adamw, OptimKind::sgd,  OptimKind::rmsprop,
-                          OptimKind::adagrad,  OptimKind::lion,  OptimKind::ademamix, OptimKind::lamb,
-                          OptimKind::lars,     OptimKind::radam, OptimKind::nadam};
+const OptimKind kAll[] = {OptimKind::adam,    OptimKind::adamw, OptimKind::sgd,      OptimKind::rmsprop,
+                          OptimKind::adagrad, OptimKind::lion,  OptimKind::ademamix, OptimKind::lamb,
+                          OptimKind::lars,    OptimKind::radam, OptimKind::nadam};
 
 struct SlotRow {
   OptimKind kind;
@@ -78,8 +78,8 @@ OCTOPT_TEST(state_slot_table) {
 // Chunks of whole blocks cover a tensor's blocks in order, kChunkElems elements each (at least one block).
 OCTOPT_TEST(chunking_covers_blocks) {
   for (int bs : {32, 64, 256, 4096}) {
-    for (std::int64_t n : {std::int64_t(0), std::int64_t(1), std::int64_t(bs), std::int64_t(16384),
-                           std::int64_t(16385), std::int64_t(100003)}) {
+    for (std::int64_t n : {std::int64_t(0), std::int64_t(1), std::int64_t(bs), std::int64_t(16384), std::int64_t(16385),
+                           std::int64_t(100003)}) {
       const std::string at = "block " + std::to_string(bs) + ", n " + std::to_string(n);
       const std::int64_t nb = (n + bs - 1) / bs;
       CHECK_EQ_AT(block_count(n, bs), nb, at);

@@ -42,8 +42,8 @@ struct Ranges {
 // parallel_for(n, grain) calls fn on non-empty, disjoint ranges covering [0, n), at most
 // get_num_threads() of them, each of at least `grain` items (one range when n < grain).
 void check_cover(std::int64_t n, std::int64_t grain) {
-  const std::string at = "n " + std::to_string(n) + ", grain " + std::to_string(grain) + ", threads " +
-                         std::to_string(get_num_threads());
+  const std::string at =
+      "n " + std::to_string(n) + ", grain " + std::to_string(grain) + ", threads " + std::to_string(get_num_threads());
   std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
   Ranges ranges;
   parallel_for(n, grain, [&](std::int64_t b, std::int64_t e) {
@@ -102,13 +102,15 @@ OCTOPT_TEST(exceptions_reach_the_caller) {
       set_num_threads(threads);
       const std::string at = "threads " + std::to_string(threads);
       // thrown by the range that holds index 0 (the caller's own), by the last range, by all ranges
-      CHECK_THROWS(parallel_for(1000, 1, [](std::int64_t b, std::int64_t) {
-                     if (b == 0) throw CustomError("first range failed");
-                   }),
+      CHECK_THROWS(parallel_for(1000, 1,
+                                [](std::int64_t b, std::int64_t) {
+                                  if (b == 0) throw CustomError("first range failed");
+                                }),
                    CustomError, {"first range failed"});
-      CHECK_THROWS(parallel_for(1000, 1, [](std::int64_t, std::int64_t e) {
-                     if (e == 1000) throw CustomError("last range failed");
-                   }),
+      CHECK_THROWS(parallel_for(1000, 1,
+                                [](std::int64_t, std::int64_t e) {
+                                  if (e == 1000) throw CustomError("last range failed");
+                                }),
                    CustomError, {"last range failed"});
       CHECK_THROWS(parallel_for(1000, 1, [](std::int64_t, std::int64_t) { throw std::out_of_range("every range"); }),
                    std::out_of_range, {"every range"});
@@ -143,9 +145,10 @@ OCTOPT_TEST(nested_regions_run_serially_on_the_calling_thread) {
       CHECK_EQ(foreign_thread.load(), 0);
       CHECK_EQ(bad_ranges.load(), 0);
       // an exception inside a nested region propagates out of both
-      CHECK_THROWS(parallel_for(4, 1, [](std::int64_t, std::int64_t) {
-                     parallel_for(10, 1, [](std::int64_t, std::int64_t) { throw CustomError("inner"); });
-                   }),
+      CHECK_THROWS(parallel_for(4, 1,
+                                [](std::int64_t, std::int64_t) {
+                                  parallel_for(10, 1, [](std::int64_t, std::int64_t) { throw CustomError("inner"); });
+                                }),
                    CustomError, {"inner"});
       check_cover(1000, 1);
     }

@@ -54,9 +54,7 @@ def test_dequantize_matches_cpu(cuda_array_case, ragged_size, bits):
     codes_cpu, absmax_cpu = octopt.quantize_blockwise(x_cpu, block_size=128, bits=bits)
     for dtype in ("float32", case.dtype):
         y = octopt.dequantize_blockwise(codes, absmax, block_size=128, bits=bits, dtype=dtype, shape=(n,))
-        y_cpu = octopt.dequantize_blockwise(
-            codes_cpu, absmax_cpu, block_size=128, bits=bits, dtype=dtype, shape=(n,)
-        )
+        y_cpu = octopt.dequantize_blockwise(codes_cpu, absmax_cpu, block_size=128, bits=bits, dtype=dtype, shape=(n,))
         assert case.is_native(y)
         assert_same(case, twin, y, y_cpu)
 
@@ -113,9 +111,7 @@ def test_explicit_stream(cuda_array_case):
     stream.synchronize()
     np.testing.assert_array_equal(case.to_numpy(codes), case.to_numpy(want_codes))
     np.testing.assert_array_equal(case.to_numpy(absmax), case.to_numpy(want_absmax))
-    np.testing.assert_array_equal(
-        case.to_numpy(y), case.to_numpy(octopt.dequantize_blockwise(want_codes, want_absmax))
-    )
+    np.testing.assert_array_equal(case.to_numpy(y), case.to_numpy(octopt.dequantize_blockwise(want_codes, want_absmax)))
 
 
 def test_non_finite_input_on_gpu(cuda_array_case):

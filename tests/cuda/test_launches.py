@@ -62,8 +62,12 @@ def make_pair_8bit(make_pair):
 
 
 def counters(opt) -> tuple:
-    return ([t["step"] for t in opt.state_layout()], opt.state_dict()["global_step"], opt.skipped_blocks,
-            opt.last_skipped_blocks)
+    return (
+        [t["step"] for t in opt.state_layout()],
+        opt.state_dict()["global_step"],
+        opt.skipped_blocks,
+        opt.last_skipped_blocks,
+    )
 
 
 @pytest.fixture

@@ -40,8 +40,11 @@ def test_step_matches_cpu(cuda_array_case, optimizer_name, bits, make_pair, asse
         for slot in tc["slots"]:
             for key in ("data", "absmax"):
                 if key in tc["slots"][slot]:
-                    assert_same_bytes(f"state[{i}].{slot}.{key}", bytes_of(case, tg["slots"][slot][key]),
-                                      bytes_of(twin, tc["slots"][slot][key]))
+                    assert_same_bytes(
+                        f"state[{i}].{slot}.{key}",
+                        bytes_of(case, tg["slots"][slot][key]),
+                        bytes_of(twin, tc["slots"][slot][key]),
+                    )
     if name in ("LAMB", "LARS"):
         assert og.trust_ratios() == oc.trust_ratios()
 

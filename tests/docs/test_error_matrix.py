@@ -481,8 +481,7 @@ def test_doc_table_matches_cases() -> None:
     case_ids = [c.id for c in CASES]
     assert set(doc_ids) - set(case_ids) == set(), "rows of docs/errors.md without a case"
     assert set(case_ids) - set(doc_ids) == set(), "cases missing from docs/errors.md"
-    assert rows[2:] == [c.row() for c in CASES], (
-        "docs/errors.md drifted: run python tests/docs/test_error_matrix.py")
+    assert rows[2:] == [c.row() for c in CASES], "docs/errors.md drifted: run python tests/docs/test_error_matrix.py"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -28,8 +28,11 @@ KINDS = {
     "ademamix": (octopt.AdEMAMix, dict(t_alpha=3.0), dict(t_alpha=3.0)),
     "lamb": (octopt.LAMB, {}, {}),
     "lars": (octopt.LARS, {}, {}),
-    "radam": (octopt.RAdam, dict(decoupled_weight_decay=True, weight_decay=0.01),
-              dict(decoupled_weight_decay=True, weight_decay=0.01)),
+    "radam": (
+        octopt.RAdam,
+        dict(decoupled_weight_decay=True, weight_decay=0.01),
+        dict(decoupled_weight_decay=True, weight_decay=0.01),
+    ),
     "nadam": (octopt.NAdam, dict(momentum_decay=0.01), dict(momentum_decay=0.01)),
 }
 
@@ -37,8 +40,7 @@ KINDS = {
 @pytest.fixture(autouse=True)
 def _needs_the_xla_handler() -> None:
     if not octopt._octopt.xla_ffi_built():
-        pytest.skip("octopt was built without the XLA FFI handler (jaxlib's headers were missing at build "
-                    "time)")
+        pytest.skip("octopt was built without the XLA FFI handler (jaxlib's headers were missing at build time)")
 
 
 def _problem(seed: int = 0, steps: int = 3, shapes: tuple = SHAPES) -> tuple[list, list]:

@@ -46,7 +46,10 @@ def test_state_restored_into_another_configuration_is_refused_at_update(problem,
     blob = serialization.to_bytes(oo.adamw8bit(1e-2).init(as_jax(p0)))
     tx4 = oo.adamw(1e-2, bits=4)
     restored = serialization.from_bytes(tx4.init(as_jax(p0)), blob)
-    with pytest.raises(ValueError, match=r"^octopt.optax.adamw.update: argument 'state' slot 'exp_avg' of "
-                                         r"'params\[0\]' has uint8\[33, 130\] but this configuration needs "
-                                         r"uint8\[2145\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"^octopt.optax.adamw.update: argument 'state' slot 'exp_avg' of "
+        r"'params\[0\]' has uint8\[33, 130\] but this configuration needs "
+        r"uint8\[2145\]",
+    ):
         tx4.update(as_jax(grads[0]), restored, as_jax(p0))

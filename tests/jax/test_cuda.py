@@ -24,8 +24,10 @@ def _gpu():
 
 GPU = _gpu()
 pytestmark = [
-    pytest.mark.skipif(not octopt._octopt.xla_ffi_cuda_built(),
-                       reason="octopt was built without the CUDA XLA FFI handler (no CUDA or no jaxlib headers)"),
+    pytest.mark.skipif(
+        not octopt._octopt.xla_ffi_cuda_built(),
+        reason="octopt was built without the CUDA XLA FFI handler (no CUDA or no jaxlib headers)",
+    ),
     pytest.mark.skipif(GPU is None, reason="no GPU visible to jax (no CUDA jax plugin or no device)"),
 ]
 CPU = jax.devices("cpu")[0]
@@ -56,8 +58,17 @@ def _assert_same(a_params, a_state, b_params, b_state):
     assert int(a_state.count) == int(b_state.count)
 
 
-CASES = [("adam", 32), ("adam", 8), ("adam", 4), ("adamw", 32), ("adamw", 8), ("adamw", 4), ("lion", 8),
-         ("sgd", 8), ("lamb", 8)]
+CASES = [
+    ("adam", 32),
+    ("adam", 8),
+    ("adam", 4),
+    ("adamw", 32),
+    ("adamw", 8),
+    ("adamw", 4),
+    ("lion", 8),
+    ("sgd", 8),
+    ("lamb", 8),
+]
 
 
 @pytest.mark.parametrize("kind,bits", CASES)

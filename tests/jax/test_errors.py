@@ -40,11 +40,14 @@ def test_traced_non_finite_learning_rate_fails_in_the_handler(problem, as_jax):
         jax.block_until_ready(jax.jit(tx.update)(as_jax(grads[0]), state, params))
 
 
-@pytest.mark.parametrize("name,value,pattern", [
-    ("b1", 1.0, r"argument 'b1' must be in \[0.0, 1.0\)"),
-    ("eps", -1e-8, r"argument 'eps' must be >= 0.0, got -1e-08"),
-    ("weight_decay", "0.1", r"argument 'weight_decay' must be a number, got str"),
-])
+@pytest.mark.parametrize(
+    "name,value,pattern",
+    [
+        ("b1", 1.0, r"argument 'b1' must be in \[0.0, 1.0\)"),
+        ("eps", -1e-8, r"argument 'eps' must be >= 0.0, got -1e-08"),
+        ("weight_decay", "0.1", r"argument 'weight_decay' must be a number, got str"),
+    ],
+)
 def test_bad_hyper_parameters(name, value, pattern):
     with pytest.raises((TypeError, ValueError), match="^octopt.optax.adamw: " + pattern):
         oo.adamw8bit(1e-3, **{name: value})
@@ -77,8 +80,11 @@ def test_wrong_tree_structure(setup):
     tx, params, grads, state = setup
     with pytest.raises(ValueError, match=r"^octopt.optax.adamw.update: argument 'updates' has tree structure"):
         tx.update(grads[:2], state, params)
-    with pytest.raises(ValueError, match=r"^octopt.optax.adamw.update: argument 'state' holds 3 parameters but "
-                                         r"'params' has 2"):
+    with pytest.raises(
+        ValueError,
+        match=r"^octopt.optax.adamw.update: argument 'state' holds 3 parameters but "
+        r"'params' has 2",
+    ):
         tx.update(grads[:2], state, params[:2])
     with pytest.raises(ValueError, match=r"^octopt.optax.adamw.step: argument 'grads' has tree structure"):
         tx.step(params, {"a": grads[0]}, state)
@@ -96,28 +102,44 @@ def test_dtype_and_shape_mismatch(setup):
     tx, params, grads, state = setup
     bad = list(grads)
     bad[1] = grads[1].astype(jnp.float16)
-    with pytest.raises(TypeError, match=re.escape("octopt.optax.adamw.update: argument 'updates[1]' must be float32 "
-                                                  "or the parameter's dtype (float32), got float16")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "octopt.optax.adamw.update: argument 'updates[1]' must be float32 "
+            "or the parameter's dtype (float32), got float16"
+        ),
+    ):
         tx.update(bad, state, params)
     bad[1] = grads[1].reshape(1, -1)
-    with pytest.raises(ValueError, match=re.escape("argument 'updates[1]' has shape (1, 4097) but 'params[1]' has "
-                                                   "(4097,)")):
+    with pytest.raises(
+        ValueError, match=re.escape("argument 'updates[1]' has shape (1, 4097) but 'params[1]' has (4097,)")
+    ):
         tx.update(bad, state, params)
-    with pytest.raises(TypeError, match=re.escape("octopt.optax.adamw.init: argument 'params[0]' must have dtype "
-                                                  "float32, float16 or bfloat16, got int32")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "octopt.optax.adamw.init: argument 'params[0]' must have dtype float32, float16 or bfloat16, got int32"
+        ),
+    ):
         tx.init([jnp.zeros((3,), jnp.int32)])
 
 
 def test_state_from_another_configuration(setup, as_jax, problem):
     tx, params, grads, state = setup
-    with pytest.raises(ValueError, match=r"^octopt.optax.adamw.update: argument 'state' was made by another "
-                                         r"configuration"):
+    with pytest.raises(
+        ValueError,
+        match=r"^octopt.optax.adamw.update: argument 'state' was made by another "
+        r"configuration",
+    ):
         oo.adamw(1e-2, bits=4).update(grads, state, params)
     with pytest.raises(ValueError, match=r"^octopt.optax.adam.update: argument 'state' was made by another "):
         oo.adam8bit(1e-2).update(grads, state, params)
     other = oo.adamw8bit(1e-2).init(as_jax(problem(seed=1, steps=0, shapes=((33, 130), (4096,), (7,)))[0]))
-    with pytest.raises(ValueError, match=r"argument 'params\[1\]' has shape \(4097,\) but the state was made for "
-                                         r"\(4096,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"argument 'params\[1\]' has shape \(4097,\) but the state was made for "
+        r"\(4096,\)",
+    ):
         tx.update(grads, other, params)
 
 

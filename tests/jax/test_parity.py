@@ -11,8 +11,9 @@ optax = pytest.importorskip("optax", reason="optax is not installed")
 
 
 @pytest.mark.parametrize("bits", (32, 8, 4))
-def test_fused_step_is_bit_identical_to_numpy_path(kind, bits, problem, reference, transformation, as_jax,
-                                                   assert_state_equal):
+def test_fused_step_is_bit_identical_to_numpy_path(
+    kind, bits, problem, reference, transformation, as_jax, assert_state_equal
+):
     p0, grads = problem()
     ref = reference(kind, p0, grads, bits=bits)
     tx = transformation(kind, bits=bits)
@@ -27,8 +28,9 @@ def test_fused_step_is_bit_identical_to_numpy_path(kind, bits, problem, referenc
 
 
 @pytest.mark.parametrize("kind", ("adamw", "sgd", "lion"))
-def test_update_then_apply_updates_is_within_the_documented_bound(kind, problem, reference, transformation,
-                                                                  as_jax, assert_state_equal, ulp_distance):
+def test_update_then_apply_updates_is_within_the_documented_bound(
+    kind, problem, reference, transformation, as_jax, assert_state_equal, ulp_distance
+):
     p0, grads = problem(steps=4)
     ref = reference(kind, p0, grads, bits=8)
     tx = transformation(kind, bits=8)
@@ -49,8 +51,9 @@ def test_update_then_apply_updates_is_within_the_documented_bound(kind, problem,
     assert np.mean([np.mean(np.asarray(a) == b) for a, b in zip(params, ref.params)]) > 0.99
 
 
-def test_one_update_exact_under_sterbenz_and_within_two_ulp_otherwise(problem, reference, transformation,
-                                                                      as_jax, ulp_distance):
+def test_one_update_exact_under_sterbenz_and_within_two_ulp_otherwise(
+    problem, reference, transformation, as_jax, ulp_distance
+):
     p0, grads = problem(steps=1)
     ref = reference("adamw", p0, grads, lr=0.5, bits=8)  # a large lr: many elements change sign
     tx = transformation("adamw", lr=0.5, bits=8)

@@ -29,10 +29,7 @@ def test_param_groups_step_like_separate_optimizers(grad_sequence, assert_params
     p0 = _arrays(0, GROUP_SHAPES)
     grads = grad_sequence(np.random.default_rng(1), GROUP_SHAPES, 10)
     params = [p.copy() for p in p0]
-    groups = [
-        {"params": [params[i] for i in g["idx"]], **{k: v for k, v in g.items() if k != "idx"}}
-        for g in GROUPS
-    ]
+    groups = [{"params": [params[i] for i in g["idx"]], **{k: v for k, v in g.items() if k != "idx"}} for g in GROUPS]
     # nearest rounding: stochastic rounding keys its random numbers by the tensor's position in the optimizer
     opt = octopt.Adam(groups, lr=5e-3, bits=8, stochastic_rounding=False)
     alone = []
@@ -43,7 +40,9 @@ def test_param_groups_step_like_separate_optimizers(grad_sequence, assert_params
                 g["idx"],
                 ps,
                 octopt.Adam(
-                    ps, lr=g.get("lr", 5e-3), stochastic_rounding=False,
+                    ps,
+                    lr=g.get("lr", 5e-3),
+                    stochastic_rounding=False,
                     **{k: v for k, v in g.items() if k not in ("idx", "lr")},
                 ),
             )
@@ -68,9 +67,7 @@ def test_param_groups_match_torch_groups(grad_sequence):
     spec = [{"lr": 1e-2, "betas": (0.8, 0.99)}, {"lr": 3e-3, "weight_decay": 0.1, "eps": 1e-6}]
     opt = octopt.Adam([{"params": params[:1], **spec[0]}, {"params": params[1:], **spec[1]}], bits=32)
     ref = [torch.tensor(p) for p in p0]
-    ref_opt = torch.optim.Adam(
-        [{"params": ref[:1], **spec[0]}, {"params": ref[1:], **spec[1]}], foreach=False
-    )
+    ref_opt = torch.optim.Adam([{"params": ref[:1], **spec[0]}, {"params": ref[1:], **spec[1]}], foreach=False)
     for gs in grads:
         opt.step(gs)
         for r, g in zip(ref, gs):
@@ -134,9 +131,7 @@ def test_zero_lr_freezes_params():
 # None gradients
 
 
-@pytest.mark.parametrize(
-    "name, kw", [("Adam", {}), ("SGD", {"momentum": 0.9}), ("Adagrad", {"lr_decay": 0.1})]
-)
+@pytest.mark.parametrize("name, kw", [("Adam", {}), ("SGD", {"momentum": 0.9}), ("Adagrad", {"lr_decay": 0.1})])
 def test_none_grads_match_torch(name, kw, grad_sequence):
     torch = pytest.importorskip("torch")
     shapes = ((4097,), (33, 65))
@@ -200,8 +195,9 @@ def _groups_for(params, kw):
 
 
 @pytest.mark.parametrize("case", ROUND_TRIPS, ids=[f"{c[0]}-{c[1]['bits']}bit-{c[2]}" for c in ROUND_TRIPS])
-def test_state_dict_round_trip_continues_bit_identically(case, grad_sequence, assert_params_bit_equal,
-                                                         assert_snapshots_equal, make, snapshot, to_numpy):
+def test_state_dict_round_trip_continues_bit_identically(
+    case, grad_sequence, assert_params_bit_equal, assert_snapshots_equal, make, snapshot, to_numpy
+):
     name, kw, framework = case
     if framework == "torch":
         pytest.importorskip("torch")
@@ -309,8 +305,9 @@ def _mutations():
 
 
 @pytest.mark.parametrize("what, mutate, pattern", _mutations(), ids=[m[0] for m in _mutations()])
-def test_load_state_dict_mismatch_raises_and_changes_nothing(what, mutate, pattern, grad_sequence, snapshot,
-                                                             assert_snapshots_equal):
+def test_load_state_dict_mismatch_raises_and_changes_nothing(
+    what, mutate, pattern, grad_sequence, snapshot, assert_snapshots_equal
+):
     shapes = ((3000,), (5000,))  # the first keeps 32-bit state (below min_8bit_size), the second 8-bit
     grads = grad_sequence(np.random.default_rng(16), shapes, 4)
     src_params = _arrays(17, shapes)

@@ -52,8 +52,17 @@ def _initial():
 
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
 @pytest.mark.parametrize("config", list(CONFIGS))
-def test_save_load_continue_is_bit_identical(tmp_path, config, framework, assert_params_bit_equal,
-                                             assert_snapshots_equal, make, grad_sequence, snapshot, to_numpy):
+def test_save_load_continue_is_bit_identical(
+    tmp_path,
+    config,
+    framework,
+    assert_params_bit_equal,
+    assert_snapshots_equal,
+    make,
+    grad_sequence,
+    snapshot,
+    to_numpy,
+):
     if framework == "torch":
         pytest.importorskip("torch")
     path = tmp_path / "opt.safetensors"
@@ -111,8 +120,7 @@ MISMATCHES = [
 
 
 @pytest.mark.parametrize("what, kw, pattern", MISMATCHES, ids=[m[0] for m in MISMATCHES])
-def test_load_mismatch_raises_and_changes_nothing(tmp_path, what, kw, pattern, snapshot,
-                                                  assert_snapshots_equal):
+def test_load_mismatch_raises_and_changes_nothing(tmp_path, what, kw, pattern, snapshot, assert_snapshots_equal):
     path = tmp_path / "opt.safetensors"
     _fresh().save(path)
     opt = _fresh(**kw)

@@ -78,6 +78,7 @@ def _run_threads(targets) -> None:
                 fn()
             except BaseException as e:  # noqa: BLE001 - reported by the main thread
                 errors.append(e)
+
         return run
 
     threads = [threading.Thread(target=wrap(fn)) for fn in targets]
@@ -103,6 +104,7 @@ def test_different_optimizers_in_threads_match_sequential(restore_threads):
             start.wait()
             for g in grads:
                 opt.step(g)
+
         return run
 
     _run_threads([stepper(job) for job in jobs])
@@ -137,6 +139,7 @@ def test_same_optimizer_from_two_threads_is_refused(restore_threads):
                     ok[k] += 1
                 except RuntimeError as e:
                     refused.append(str(e))
+
         return run
 
     try:
@@ -189,6 +192,7 @@ def test_set_num_threads_while_steps_run(restore_threads):
             for _ in range(3):  # the same gradients again: more steps overlap the changes
                 for g in grads:
                     opt.step(g)
+
         return run
 
     for job in jobs:  # the expected state after the same 3 passes

@@ -61,15 +61,12 @@ def test_half_params_step_like_float32_then_round(case, kind, grad_sequence, to_
         opt.step(g_half)
         ref.step([to_numpy(g).astype(np.float32) for g in g_half])
         for i, (p, s) in enumerate(zip(params, shadow)):
-            np.testing.assert_array_equal(raw(p), raw(_narrow(make, s, framework, pdtype)),
-                                          err_msg=f"param {i}")
+            np.testing.assert_array_equal(raw(p), raw(_narrow(make, s, framework, pdtype)), err_msg=f"param {i}")
             moved |= not np.array_equal(before[i], raw(p))
     assert moved
     # the state is float32 (or codes) whatever the parameter's dtype
     for slot in opt.state_dict()["state"][0]["slots"].values():
-        assert str(slot["data"].dtype).removeprefix("torch.") == (
-            "float32" if slot["bits"] == 32 else "uint8"
-        )
+        assert str(slot["data"].dtype).removeprefix("torch.") == ("float32" if slot["bits"] == 32 else "uint8")
 
 
 @pytest.mark.parametrize(

@@ -236,8 +236,7 @@ STEP_ERRORS = [
 
 
 @pytest.mark.parametrize("what, grads, exc, pattern", STEP_ERRORS, ids=[e[0] for e in STEP_ERRORS])
-def test_bad_step_changes_nothing(opt_and_params, what, grads, exc, pattern, snapshot,
-                                  assert_snapshots_equal):
+def test_bad_step_changes_nothing(opt_and_params, what, grads, exc, pattern, snapshot, assert_snapshots_equal):
     opt, params = opt_and_params
     before = snapshot(opt)
     with pytest.raises(exc, match=r"^step: .*" + pattern):
@@ -255,8 +254,7 @@ def test_bad_step_changes_nothing(opt_and_params, what, grads, exc, pattern, sna
         ("bogus", 1, r"unknown option 'bogus'"),
     ],
 )
-def test_bad_hyperparameter_set_between_steps(opt_and_params, key, value, pattern, snapshot,
-                                              assert_snapshots_equal):
+def test_bad_hyperparameter_set_between_steps(opt_and_params, key, value, pattern, snapshot, assert_snapshots_equal):
     opt, _params = opt_and_params
     before = snapshot(opt)
     group = opt.param_groups[0]

@@ -87,9 +87,7 @@ def _check_bad_blocks(make, raw, state_arrays, name, bits, framework, dtype, blo
         for b in range(-(-n // block)):
             _, i0, i1 = _element_range(n, block, b)
             same_p = np.array_equal(before_p[t][i0:i1], after_p[t][i0:i1])
-            assert same_p == (b in bad), (
-                f"tensor {t} block {b}: param {'changed' if b in bad else 'not stepped'}"
-            )
+            assert same_p == (b in bad), f"tensor {t} block {b}: param {'changed' if b in bad else 'not stepped'}"
             if b not in bad:
                 continue
             for key in before_s:
@@ -128,8 +126,7 @@ def test_a_tensor_with_only_bad_blocks_and_a_none_grad():
 
 @pytest.mark.parametrize("bits", [32, 8])
 @pytest.mark.parametrize("name", ["Adam", "SGD", "LARS"])
-def test_strict_raises_and_changes_nothing(name, bits, snapshot, assert_snapshots_equal,
-                                           assert_params_bit_equal):
+def test_strict_raises_and_changes_nothing(name, bits, snapshot, assert_snapshots_equal, assert_params_bit_equal):
     rng = np.random.default_rng(8)
     p0 = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
     good = [[rng.standard_normal(s).astype(np.float32) for s in SHAPES] for _ in range(4)]

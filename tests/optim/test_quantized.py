@@ -200,6 +200,7 @@ def test_quantized_adam_is_an_exact_emulation(bits):
 # ---------------------------------------------------------------------------------------------
 # training quality against the 32-bit run
 
+
 # 4-bit states use their defaults here: the power-of-two v map and stochastic rounding
 # (docs/decisions.md: with the linear v map and nearest rounding 4-bit lagged by 36% / 15%).
 @pytest.mark.parametrize("bits", [8, 4])
@@ -276,9 +277,7 @@ def test_every_optimizer_decreases_a_quadratic(name, bits):
     problem = Quadratic(seed=1)
     cls, kw = getattr(octopt, name), OPTIMIZERS[name]
     opt = cls([problem.x0.copy()], bits=bits, **kw)
-    assert opt.state_layout()[0]["slots"] and all(
-        s["bits"] == bits for s in opt.state_layout()[0]["slots"].values()
-    )
+    assert opt.state_layout()[0]["slots"] and all(s["bits"] == bits for s in opt.state_layout()[0]["slots"].values())
     start, ref = run_quadratic(cls, problem, 100, bits=32, **kw)
     _, got = run_quadratic(cls, problem, 100, bits=bits, **kw)
     assert np.isfinite(got) and got < 0.9 * start

@@ -153,8 +153,9 @@ def _run_all_paths():
         for bits in (32, 8, 4):
             for percentile in (0.0, 99.0) if bits != 32 else (0.0,):
                 params = [np.random.default_rng(1).standard_normal(n).astype(np.float32) for n in (5000, 4097, 300)]
-                opt = CLASSES[kind](params, lr=1e-2, weight_decay=0.01, bits=bits, min_8bit_size=0,
-                                    percentile=percentile)
+                opt = CLASSES[kind](
+                    params, lr=1e-2, weight_decay=0.01, bits=bits, min_8bit_size=0, percentile=percentile
+                )
                 for s in range(8):
                     g = [np.random.default_rng(10 + s).standard_normal(p.shape).astype(np.float32) for p in params]
                     g[0][7] = np.nan if s == 1 else g[0][7]

@@ -189,9 +189,7 @@ def test_matches_float64_reference(case, framework, to_numpy, make, grad_sequenc
     p0, params, ref_p, excluded, opt, ref = _run(make, grad_sequence, name, kw, framework)
     for i, (p, r, z, ex) in enumerate(zip(params, ref_p, p0, excluded)):
         displacement = np.abs(r - z).max()
-        assert displacement > 0.2 * np.abs(z).max(), (
-            "the trajectory barely moved: the comparison proves nothing"
-        )
+        assert displacement > 0.2 * np.abs(z).max(), "the trajectory barely moved: the comparison proves nothing"
         assert ex.mean() < 1e-3, "too many elements with an ambiguous Lion sign"
         err = np.abs(to_numpy(p) - r)[~ex].max()
         assert err <= TOL * displacement, f"param {i}: max error {err:.3g} vs displacement {displacement:.3g}"
@@ -204,13 +202,8 @@ def test_trust_ratio_is_per_tensor(name, make, grad_sequence):
     # three tensors of very different scales: one trust ratio each, from that tensor's norms alone
     shapes = ((4097,), (33, 65), (300,))
     scales = (1.0, 20.0, 0.05)
-    kw = (
-        {"lr": 1e-2, "weight_decay": 0.01}
-        if name == "LAMB"
-        else {"lr": 1.0, "momentum": 0.9, "weight_decay": 0.01}
-    )
-    p0, params, ref_p, _, opt, ref = _run(make, grad_sequence, name, kw, "numpy", seed=3, shapes=shapes,
-                                          scales=scales)
+    kw = {"lr": 1e-2, "weight_decay": 0.01} if name == "LAMB" else {"lr": 1.0, "momentum": 0.9, "weight_decay": 0.01}
+    p0, params, ref_p, _, opt, ref = _run(make, grad_sequence, name, kw, "numpy", seed=3, shapes=shapes, scales=scales)
     trust = opt.trust_ratios()
     assert len(trust) == 3
     np.testing.assert_allclose(trust, ref.trust, rtol=1e-5)

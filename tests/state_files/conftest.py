@@ -45,6 +45,7 @@ def _files_in(folder) -> list[str]:
 
 def _header_checksum(metadata: dict, entries: dict) -> int:
     """docs/format.md, "Header checksum"."""
+
     def u64(v):
         return struct.pack("<Q", v)
 
@@ -71,9 +72,16 @@ def _layout(tensors: list[tuple[str, str, list, bytes]]) -> tuple[dict, bytes]:
     return entries, data
 
 
-def _build(entries: dict, data: bytes, metadata: dict | None = None, *, crcs: dict | None = None,
-          version: str | None = "1", fmt: str | None = "octopt-state",
-          header_text: str | None = None) -> bytes:
+def _build(
+    entries: dict,
+    data: bytes,
+    metadata: dict | None = None,
+    *,
+    crcs: dict | None = None,
+    version: str | None = "1",
+    fmt: str | None = "octopt-state",
+    header_text: str | None = None,
+) -> bytes:
     """A state file with the given header entries and data; checksums computed unless `crcs` is given
     (then it is the octopt.crc32c table, or False for none)."""
     meta = dict(metadata or {})
@@ -103,8 +111,9 @@ def _write(tmp_path, content: bytes, name: str = "f.safetensors") -> pathlib.Pat
 
 
 def _two_tensors():
-    return _layout([("a", "F32", [2, 3], np.arange(6, dtype=np.float32).tobytes()),
-                   ("b", "U8", [4], bytes([1, 2, 3, 4]))])
+    return _layout(
+        [("a", "F32", [2, 3], np.arange(6, dtype=np.float32).tobytes()), ("b", "U8", [4], bytes([1, 2, 3, 4]))]
+    )
 
 
 class _Flipper:

@@ -37,11 +37,14 @@ def grad(base, k):
     return base * np.float32(1.0 + 0.125 * (k % 5))
 """
 
-CHILD = """
+CHILD = (
+    """
 import os, sys
 import numpy as np
 import octopt
-""" + GRAD_CODE + """
+"""
+    + GRAD_CODE
+    + """
 path, n = sys.argv[1], int(sys.argv[2])
 base = np.random.default_rng(0).standard_normal(n).astype(np.float32)
 opt = octopt.Adam([np.zeros(n, np.float32)], bits=8, seed=0)
@@ -54,6 +57,7 @@ while True:
     opt.step([grad(base, k)])
     opt.save(path)
 """
+)
 
 namespace: dict = {"np": np}
 exec(GRAD_CODE, namespace)  # noqa: S102 - the same definition the child runs
@@ -90,8 +94,13 @@ def test_killed_writer_never_leaves_a_torn_file(tmp_path):
     interrupted = 0  # kills that landed inside a write (they left that write's temporary)
     t0 = time.monotonic()
     for kill in range(KILLS):
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(N)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=_child_env(), text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(path), str(N)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_child_env(),
+            text=True,
+        )
         try:
             line = proc.stdout.readline()
             assert line.startswith("ready"), f"the writer did not start: {line!r} {proc.stderr.read()}"
@@ -163,8 +172,18 @@ def _corruptions(good: bytes, header_len: int):
     yield "empty", b""
     for cut in (4, 8, 9, header_len // 2, header_len + 7, header_len + 8, len(good) // 2, len(good) - 1):
         yield f"truncated at {cut}", good[:cut]
-    for at in (0, 3, 7, 12, header_len // 3, header_len // 2, header_len + 4, header_len + 9,
-               (header_len + 8 + len(good)) // 2, len(good) - 1):
+    for at in (
+        0,
+        3,
+        7,
+        12,
+        header_len // 3,
+        header_len // 2,
+        header_len + 4,
+        header_len + 9,
+        (header_len + 8 + len(good)) // 2,
+        len(good) - 1,
+    ):
         b = bytearray(good)
         b[at] ^= 0x20
         yield f"byte {at} flipped", bytes(b)
@@ -207,8 +226,9 @@ def test_mismatched_file_never_modifies_the_optimizer(tmp_path, other):
         src, _ = _trained(cls=octopt.AdamW, steps=2)
     elif other == "bits":
         rng = np.random.default_rng(0)
-        src = octopt.Adam([rng.standard_normal(s).astype(np.float32) for s in SHAPES], bits=8, min_8bit_size=0,
-                          first_moment_bits=32)
+        src = octopt.Adam(
+            [rng.standard_normal(s).astype(np.float32) for s in SHAPES], bits=8, min_8bit_size=0, first_moment_bits=32
+        )
     else:
         src, _ = _trained(shapes=SHAPES + ((100,),), steps=2)
     path = tmp_path / "other.octopt"

@@ -53,8 +53,20 @@ def test_atheris(tmp_path):
     corpus = tmp_path / "corpus"
     shutil.copytree(FUZZ / "corpus", corpus)
     runs = max(RUNS // 5, 1000)
-    proc = subprocess.run([sys.executable, str(FUZZ / "fuzz_state_file.py"), str(corpus), str(FUZZ / "regressions"),
-                           f"-runs={runs}", "-max_len=8192", f"-artifact_prefix={tmp_path}/"],
-                          capture_output=True, text=True, timeout=170, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(FUZZ / "fuzz_state_file.py"),
+            str(corpus),
+            str(FUZZ / "regressions"),
+            f"-runs={runs}",
+            "-max_len=8192",
+            f"-artifact_prefix={tmp_path}/",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=170,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert f"Done {runs} runs" in proc.stderr

@@ -20,7 +20,6 @@ from octopt.cli import main as cli_main
 from octopt.state_file import StateFileError
 
 
-
 # --------------------------------------------------------------------------------------------------
 # I/O errors and atomic writes
 
@@ -66,8 +65,7 @@ def test_failed_writes_keep_the_old_file(tmp_path, files_in):
     # the rename fails: the target is a folder
     folder = tmp_path / "folder"
     folder.mkdir()
-    with pytest.raises(IsADirectoryError,
-                       match=re.escape(f"cannot rename the temporary file onto '{folder}'")):
+    with pytest.raises(IsADirectoryError, match=re.escape(f"cannot rename the temporary file onto '{folder}'")):
         sf.save(folder, {"a": np.zeros(1)})
     # the temporary cannot be created: the parent is a regular file (fails for root too)
     with pytest.raises(NotADirectoryError, match="write_state_file: cannot create a temporary file next to"):
@@ -77,8 +75,7 @@ def test_failed_writes_keep_the_old_file(tmp_path, files_in):
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
     try:
-        with pytest.raises(OSError,
-                           match=re.escape(f"write_state_file: cannot write '{path}' (temporary")) as e:
+        with pytest.raises(OSError, match=re.escape(f"write_state_file: cannot write '{path}' (temporary")) as e:
             sf.save(path, {"big": np.zeros(100_000, np.uint8)})
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
@@ -111,15 +108,13 @@ def test_save_argument_errors(tmp_path):
 
 def test_inspect_report(tmp_path, two_tensors, write, build):
     path = tmp_path / "s.safetensors"
-    sf.save(path, {"m": np.arange(4, dtype=np.float32), "c": np.arange(3, dtype=np.uint8)},
-            {"octopt.step": "5"})
+    sf.save(path, {"m": np.arange(4, dtype=np.float32), "c": np.arange(3, dtype=np.uint8)}, {"octopt.step": "5"})
     r = sf.inspect(path)
     assert r["valid"] and r["error"] is None
     assert (r["format"], r["format_version"], r["header_checksum"]) == ("octopt-state", "1", "ok")
     assert r["file_size"] == path.stat().st_size == 8 + r["header_size"] + r["data_size"]
     assert r["metadata"]["octopt.step"] == "5"
-    rows = [(t["name"], t["dtype"], t["shape"], t["data_offsets"], t["nbytes"], t["checksum"])
-            for t in r["tensors"]]
+    rows = [(t["name"], t["dtype"], t["shape"], t["data_offsets"], t["nbytes"], t["checksum"]) for t in r["tensors"]]
     assert rows == [("m", "F32", [4], [0, 16], 16, "ok"), ("c", "U8", [3], [16, 19], 3, "ok")]
     assert all(t["crc32c"] == t["crc32c_computed"] for t in r["tensors"])
     assert r["checksums"] == {"ok": 2, "bad": 0, "missing": 0}
@@ -135,8 +130,7 @@ def test_inspect_report(tmp_path, two_tensors, write, build):
 
 def test_cli_inspect(tmp_path, capsys, write):
     good = tmp_path / "good.safetensors"
-    sf.save(good, {"m": np.arange(4, dtype=np.float32), "q": np.arange(3, dtype=np.uint8)},
-            {"octopt.step": "5"})
+    sf.save(good, {"m": np.arange(4, dtype=np.float32), "q": np.arange(3, dtype=np.uint8)}, {"octopt.step": "5"})
     assert cli_main(["inspect", str(good)]) == 0
     out = capsys.readouterr().out
     assert "octopt-state, version 1" in out and "octopt.step = 5" in out and "valid" in out
@@ -167,6 +161,7 @@ def test_cli_inspect_exit_status_in_a_process(tmp_path, two_tensors, write, buil
     bad = bytearray(build(entries, data))
     bad[-1] ^= 1
     path = write(tmp_path, bytes(bad))
-    proc = subprocess.run([sys.executable, "-m", "octopt", "inspect", str(path)], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "octopt", "inspect", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1 and "tensor 'b': checksum mismatch" in proc.stderr

@@ -18,13 +18,35 @@ from octopt import _octopt
 from octopt import state_file as sf
 
 
-
 DATA = Path(__file__).parent / "data"
-ALL_NUMPY_DTYPES = ["float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint64", "uint32",
-                    "uint16", "uint8", "bool"]
-SAFETENSORS_NAME = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64", "int32": "I32",
-                    "int16": "I16", "int8": "I8", "uint64": "U64", "uint32": "U32", "uint16": "U16",
-                    "uint8": "U8", "bool": "BOOL"}
+ALL_NUMPY_DTYPES = [
+    "float64",
+    "float32",
+    "float16",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint64",
+    "uint32",
+    "uint16",
+    "uint8",
+    "bool",
+]
+SAFETENSORS_NAME = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint64": "U64",
+    "uint32": "U32",
+    "uint16": "U16",
+    "uint8": "U8",
+    "bool": "BOOL",
+}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -40,7 +62,7 @@ def test_crc32c_check_value_and_paths_agree(crc32c_reference):
     blob = bytes(rng.getrandbits(8) for _ in range(5000))
     for n in list(range(0, 80)) + [255, 256, 1000, 4093]:
         for start in (0, 1, 3, 7):
-            chunk = blob[start:start + n]
+            chunk = blob[start : start + n]
             want = _octopt.crc32c(chunk, "portable")
             assert all(_octopt.crc32c(chunk, i) == want for i in impls + ["auto"])
             if n < 80 and start == 0:
@@ -66,7 +88,7 @@ def test_round_trip_all_dtypes(tmp_path, shape, files_in):
             tensors[name] = rng.integers(info.min, info.max, size=shape, dtype=name, endpoint=True)
         else:
             tensors[name] = rng.standard_normal(size=shape).astype(name)
-    meta = {"step": "7", "unicode \u00e9\U0001F600": "\"quotes\" \\ back\nslash \u2603", "empty": ""}
+    meta = {"step": "7", "unicode \u00e9\U0001f600": '"quotes" \\ back\nslash \u2603', "empty": ""}
     path = tmp_path / "state.safetensors"
     sf.save(path, tensors, meta)
     got, got_meta = sf.load(path)
@@ -82,7 +104,7 @@ def test_round_trip_all_dtypes(tmp_path, shape, files_in):
 
 def test_names_and_empty_files(tmp_path):
     path = tmp_path / "n.safetensors"
-    names = ['quote " back \\ slash', "caf\u00e9/\U0001F600", "tab\tnew\nline", "x" * 1024, "_single"]
+    names = ['quote " back \\ slash', "caf\u00e9/\U0001f600", "tab\tnew\nline", "x" * 1024, "_single"]
     sf.save(path, {n: np.array([k], np.int32) for k, n in enumerate(names)}, {"octopt.x": "y"})
     got, meta = sf.load(path)
     assert list(got) == names and [int(a[0]) for a in got.values()] == list(range(len(names)))
@@ -106,7 +128,7 @@ def test_layout_is_safetensors(tmp_path, crc32c_reference, header_checksum):
     raw = path.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
     assert n % 8 == 0 and len(raw) == 8 + n + 12 + 4
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     assert list(header) == ["__metadata__", "x", "y"]
     assert header["x"] == {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}
     assert header["y"] == {"dtype": "I16", "shape": [2], "data_offsets": [12, 16]}
@@ -114,8 +136,8 @@ def test_layout_is_safetensors(tmp_path, crc32c_reference, header_checksum):
     assert meta["octopt.format"] == "octopt-state" and meta["octopt.format_version"] == "1"
     assert meta["k"] == "v"
     crcs = json.loads(meta["octopt.crc32c"])
-    assert crcs["x"] == f"{crc32c_reference(raw[8 + n:8 + n + 12]):08x}"
-    assert crcs["y"] == f"{crc32c_reference(raw[8 + n + 12:]):08x}"
+    assert crcs["x"] == f"{crc32c_reference(raw[8 + n : 8 + n + 12]):08x}"
+    assert crcs["y"] == f"{crc32c_reference(raw[8 + n + 12 :]):08x}"
     entries = {k: v for k, v in header.items() if k != "__metadata__"}
     assert crcs["__header__"] == f"{header_checksum(meta, entries):08x}"
 
@@ -184,8 +206,7 @@ def test_inputs_accepted(tmp_path):
         "list": [1.5, 2.5],
         "scalar": 7,
     }
-    paths = (tmp_path / "p.safetensors", str(tmp_path / "s.safetensors"),
-             os.fsencode(tmp_path / "b.safetensors"))
+    paths = (tmp_path / "p.safetensors", str(tmp_path / "s.safetensors"), os.fsencode(tmp_path / "b.safetensors"))
     for path in paths:
         sf.save(path, tensors)
         got, meta = sf.load(path)
@@ -199,8 +220,7 @@ def test_inputs_accepted(tmp_path):
 def test_loaded_arrays_outlive_each_other_and_are_aligned(tmp_path):
     path = tmp_path / "a.safetensors"
     # 3 bytes of U8 first: the F64 after it sits at an odd offset and must come back as an aligned copy
-    sf.save(path, {"u": np.array([1, 2, 3], np.uint8), "d": np.array([1.5, -2.0]),
-                   "f": np.arange(5, dtype=np.float32)})
+    sf.save(path, {"u": np.array([1, 2, 3], np.uint8), "d": np.array([1.5, -2.0]), "f": np.arange(5, dtype=np.float32)})
     got, _ = sf.load(path)
     d = got.pop("d")
     del got
@@ -242,8 +262,8 @@ def test_hand_built_file_matches_spec(tmp_path, two_tensors, write, build):
     assert meta == {"user": "x"}
     np.testing.assert_array_equal(got["a"], np.arange(6, dtype=np.float32).reshape(2, 3))
     # JSON escapes in names and values, including a surrogate pair
-    entries = {"caf\u00e9\U0001F600": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}
+    entries = {"caf\u00e9\U0001f600": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}
     raw = build(entries, b"\x05", {"k": "tab\t\u2603"})
     assert b"\\ud83d\\ude00" in raw  # json.dumps escapes non-ASCII
     got, meta = sf.load(write(tmp_path, raw))
-    assert list(got) == ["caf\u00e9\U0001F600"] and meta == {"k": "tab\t\u2603"}
+    assert list(got) == ["caf\u00e9\U0001f600"] and meta == {"k": "tab\t\u2603"}

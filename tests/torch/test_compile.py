@@ -49,9 +49,7 @@ def _run(backend: str | None, compile_step: bool, steps: int = 20):
         opt.step()
         return loss.detach()
 
-    step = (
-        torch.compile(train_step, backend=backend) if (compile_step and backend is not None) else train_step
-    )
+    step = torch.compile(train_step, backend=backend) if (compile_step and backend is not None) else train_step
     losses = []
     for _ in range(steps):
         losses.append(float(step()))

@@ -185,11 +185,7 @@ def test_grad_none_skips_the_parameter():
     opt.step()
     assert torch.equal(b.detach(), b_before)
     assert all(torch.equal(opt.state[b][k], v) for k, v in state_before.items())
-    assert (
-        int(opt.state[a]["step"]) == 1
-        and int(opt.state[b]["step"]) == 0
-        and int(opt.state[frozen]["step"]) == 0
-    )
+    assert int(opt.state[a]["step"]) == 1 and int(opt.state[b]["step"]) == 0 and int(opt.state[frozen]["step"]) == 0
 
 
 @pytest.mark.parametrize("set_to_none", (True, False))
@@ -206,9 +202,7 @@ def test_sparse_and_complex_gradients_are_refused():
     opt = ot.Adam8bit(emb.parameters())
     emb(torch.tensor([1, 2, 3])).sum().backward()
     before = emb.weight.detach().clone()
-    with pytest.raises(
-        TypeError, match=r"Adam8bit.step: the gradient of a parameter of shape \(100, 8\) is sparse"
-    ):
+    with pytest.raises(TypeError, match=r"Adam8bit.step: the gradient of a parameter of shape \(100, 8\) is sparse"):
         opt.step()
     assert torch.equal(emb.weight.detach(), before)
     with pytest.raises(TypeError, match=r"Adam8bit: argument 'params\[0\]' is complex"):
@@ -229,9 +223,7 @@ def test_bad_inputs_raise_clear_errors():
         ot.Lion8bit([p], momentum=0.9)
     with pytest.raises(ValueError, match=r"Adam: argument 'amsgrad=True' is not supported"):
         ot.Adam([p], amsgrad=True)
-    with pytest.raises(
-        TypeError, match=r"Adam8bit: argument 'params\[0\]' must be float32, float16 or bfloat16"
-    ):
+    with pytest.raises(TypeError, match=r"Adam8bit: argument 'params\[0\]' must be float32, float16 or bfloat16"):
         ot.Adam8bit([torch.zeros(3, dtype=torch.float64, requires_grad=True)])
     with pytest.raises(ValueError, match=r"Adam8bit: argument 'params\[1\]' must be contiguous"):
         ot.Adam8bit([p, torch.nn.Parameter(torch.zeros(4, 5).t())])
@@ -244,9 +236,7 @@ def test_bad_inputs_raise_clear_errors():
     opt = ot.Adam8bit([p])
     opt.param_groups[0]["bits"] = 32
     p.grad = torch.ones(10)
-    with pytest.raises(
-        ValueError, match=r"Adam8bit.step: param group 0 has 'bits'=32 but its state was laid out"
-    ):
+    with pytest.raises(ValueError, match=r"Adam8bit.step: param group 0 has 'bits'=32 but its state was laid out"):
         opt.step()
     opt.param_groups[0]["bits"] = 8
     opt.param_groups[0]["lr"] = float("nan")
@@ -254,9 +244,7 @@ def test_bad_inputs_raise_clear_errors():
         opt.step()
     opt.param_groups[0]["lr"] = 1e-3
     p.data = torch.zeros(10)
-    with pytest.raises(
-        RuntimeError, match=r"Adam8bit.step: the memory of a parameter of shape \(10,\) was replaced"
-    ):
+    with pytest.raises(RuntimeError, match=r"Adam8bit.step: the memory of a parameter of shape \(10,\) was replaced"):
         opt.step()
 
 

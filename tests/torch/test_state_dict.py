@@ -59,9 +59,7 @@ def test_state_dict_format():
     s0 = sd["state"][0]
     assert s0["step"].dtype == torch.float32 and float(s0["step"]) == 1.0
     assert s0["exp_avg"].dtype == torch.uint8 and s0["exp_avg"].shape == (33, 130)
-    assert s0["exp_avg_absmax"].dtype == torch.float32 and s0["exp_avg_absmax"].shape == (
-        -(-33 * 130 // 256),
-    )
+    assert s0["exp_avg_absmax"].dtype == torch.float32 and s0["exp_avg_absmax"].shape == (-(-33 * 130 // 256),)
     assert sd["state"][2]["exp_avg"].dtype == torch.float32 and "exp_avg_absmax" not in sd["state"][2]
     assert sd["state"][3]["exp_avg_sq"].shape == (64 * 80 // 2,)  # 4-bit: two codes per byte
     assert sd["state"][3]["exp_avg_absmax"].shape == (64 * 80 // 64,)
@@ -113,9 +111,7 @@ def test_load_changes_nothing_on_error():
         assert all(torch.equal(opt.state[params[0]][k], v) for k, v in before.items())
 
     bad(lambda sd: sd["param_groups"].pop(), f"{fn}: the state has 2 param groups but this optimizer has 3")
-    bad(
-        lambda sd: sd["param_groups"][0]["params"].pop(), f"{fn}: param group 0 has 1 parameters in the state"
-    )
+    bad(lambda sd: sd["param_groups"][0]["params"].pop(), f"{fn}: param group 0 has 1 parameters in the state")
     bad(lambda sd: sd["octopt"].update(optimizer="sgd"), "the state is for optimizer 'sgd'")
     bad(
         lambda sd: sd["state"][1].update(step=torch.tensor(-1.0)),
@@ -263,9 +259,7 @@ def test_bitsandbytes_state_imports_and_continues_like_bitsandbytes(bnb_cases, n
         "block_size": 256,
         "map": "dynamic_signed_8",
     }
-    assert (
-        opt.state_layout()[1]["slots"]["exp_avg"]["bits"] == 32
-    )  # bitsandbytes keeps small tensors in 32 bits
+    assert opt.state_layout()[1]["slots"]["exp_avg"]["bits"] == 32  # bitsandbytes keeps small tensors in 32 bits
     for p, after, at_save in zip(params, case["params_after"], case["params_at_save"]):
         moved = (after - at_save).norm()
         assert (p.detach() - after).norm() <= 1e-2 * moved  # within 1% of bitsandbytes' own continuation

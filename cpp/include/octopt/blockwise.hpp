@@ -28,8 +28,7 @@ void validate_blockwise(std::int64_t n, const Codebook& cb, int block_size, int 
 // CPU. Returns the number of blocks whose input holds NaN or Inf; such a block gets a non-finite
 // absmax and the code of 0.0 everywhere. codes holds num_code_bytes(n, bits) bytes, absmax num_blocks(n, block_size).
 std::int64_t quantize_blockwise(const void* x, DType dtype, std::int64_t n, const Codebook& cb, int block_size,
-                                int bits, Rounding rounding, std::uint64_t seed, std::uint8_t* codes,
-                                float* absmax);
+                                int bits, Rounding rounding, std::uint64_t seed, std::uint8_t* codes, float* absmax);
 
 void dequantize_blockwise(const std::uint8_t* codes, const float* absmax, std::int64_t n, const Codebook& cb,
                           int block_size, int bits, DType out_dtype, void* out);
@@ -40,8 +39,7 @@ namespace cuda {
 // waits. A block with NaN/Inf input gets a non-finite absmax (the caller inspects absmax).
 // Without a CUDA build these throw std::runtime_error("octopt was built without CUDA").
 void quantize_blockwise(const void* x, DType dtype, std::int64_t n, const Codebook& cb, int block_size, int bits,
-                        Rounding rounding, std::uint64_t seed, std::uint8_t* codes, float* absmax,
-                        cudaStream_t stream);
+                        Rounding rounding, std::uint64_t seed, std::uint8_t* codes, float* absmax, cudaStream_t stream);
 
 void dequantize_blockwise(const std::uint8_t* codes, const float* absmax, std::int64_t n, const Codebook& cb,
                           int block_size, int bits, DType out_dtype, void* out, cudaStream_t stream);

@@ -22,7 +22,17 @@ using cudaStream_t = ::CUstream_st*;
 // The optimizers of the fused step. New kinds go at the end: the values are stored (state files,
 // the XLA handlers' `kind` attribute) and must keep their numbers.
 enum class OptimKind : std::uint8_t {
-  adam = 0, adamw, sgd, rmsprop, adagrad, lion, ademamix, lamb, lars, radam, nadam
+  adam = 0,
+  adamw,
+  sgd,
+  rmsprop,
+  adagrad,
+  lion,
+  ademamix,
+  lamb,
+  lars,
+  radam,
+  nadam
 };
 inline constexpr int kNumOptimKinds = 11;
 

@@ -35,11 +35,11 @@ SlotScalars compute_scalars(OptimKind kind, const HyperParams& hp, std::int64_t 
 
 // One moment of one tensor: 32-bit floats, or 8-/4-bit codes with one absmax per block.
 struct StateBuffer {
-  void* data = nullptr;      // float* (bits 32) or uint8_t* codes (bits 8 / 4); null: slot unused
-  float* absmax = nullptr;   // per block, for bits 8 / 4
+  void* data = nullptr;     // float* (bits 32) or uint8_t* codes (bits 8 / 4); null: slot unused
+  float* absmax = nullptr;  // per block, for bits 8 / 4
   int bits = 32;
-  int codebook = 0;          // index into StepConfig::codebooks
-  bool stochastic = false;   // stochastic rounding of this state's codes (also on when StepConfig says so)
+  int codebook = 0;         // index into StepConfig::codebooks
+  bool stochastic = false;  // stochastic rounding of this state's codes (also on when StepConfig says so)
 };
 
 struct StepTensor {
@@ -65,10 +65,10 @@ struct StepConfig {
   const Codebook* codebooks = nullptr;  // host array, indexed by StateBuffer::codebook
   int num_codebooks = 0;
   std::uint64_t seed = 0;
-  std::int64_t step = 0;                // global step counter, keys stochastic rounding
-  bool stochastic_state = false;        // stochastic rounding of state codes
-  bool stochastic_bf16 = false;         // stochastic rounding of bf16 parameter writes
-  float percentile = 0.0f;              // > 0: block scale = this percentile (0-100] of |x|, clipping beyond
+  std::int64_t step = 0;          // global step counter, keys stochastic rounding
+  bool stochastic_state = false;  // stochastic rounding of state codes
+  bool stochastic_bf16 = false;   // stochastic rounding of bf16 parameter writes
+  float percentile = 0.0f;        // > 0: block scale = this percentile (0-100] of |x|, clipping beyond
 };
 
 struct StepResult {
@@ -130,9 +130,9 @@ class DevicePlan {
 
 // What the host hands over per step. Only these can change between steps of one plan.
 struct StepArgs {
-  const void* const* grads = nullptr;      // one device pointer per tensor; null: not stepped this time
-  const DType* grad_dtypes = nullptr;      // the parameter's dtype or float32
-  const HyperParams* hparams = nullptr;    // one per group
+  const void* const* grads = nullptr;    // one device pointer per tensor; null: not stepped this time
+  const DType* grad_dtypes = nullptr;    // the parameter's dtype or float32
+  const HyperParams* hparams = nullptr;  // one per group
   bool stochastic_state = false;
   bool stochastic_bf16 = false;
   float percentile = 0.0f;

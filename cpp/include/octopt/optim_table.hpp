@@ -61,14 +61,14 @@ struct OptionDefault {
 
 struct OptimDef {
   OptimKind kind;
-  const char* name;        // "adam": the state files' and the FFI handlers' name
-  const char* class_name;  // "Adam": the Python class and the torch adapter's class
-  const char* summary;     // one line: what it is and whose semantics it has
+  const char* name;            // "adam": the state files' and the FFI handlers' name
+  const char* class_name;      // "Adam": the Python class and the torch adapter's class
+  const char* summary;         // one line: what it is and whose semantics it has
   std::vector<SlotDef> slots;  // s0, s1, s2 of octopt::step
   // The group keys the optimizer takes, in the order of its torch-style constructor ("betas" stands
   // for the tuple). Every other hyper-parameter keeps its common default and has no effect.
   std::vector<const char*> options;
-  int num_betas;  // 0, 2 or 3 entries in `betas`
+  int num_betas;         // 0, 2 or 3 entries in `betas`
   HyperParams defaults;  // the optimizer's defaults; the common ones where it takes no option
   double initial_accumulator_value = 0.0;
 };
@@ -82,10 +82,10 @@ bool optim_takes(const OptimDef& def, const char* key);
 
 // Options of a param group that decide how its state is laid out; fixed once the group exists.
 struct LayoutOptions {
-  int bits = 8;                  // 32, 8 or 4
-  int block_size = 0;            // 0: automatic (default_block_size(bits))
-  std::int64_t min_8bit_size = 4096;  // smaller tensors keep 32-bit state
-  int first_moment_bits = 0;     // 0: as bits; else 32, 8 or 4 for first-moment slots of quantized tensors
+  int bits = 8;                            // 32, 8 or 4
+  int block_size = 0;                      // 0: automatic (default_block_size(bits))
+  std::int64_t min_8bit_size = 4096;       // smaller tensors keep 32-bit state
+  int first_moment_bits = 0;               // 0: as bits; else 32, 8 or 4 for first-moment slots of quantized tensors
   double initial_accumulator_value = 0.0;  // Adagrad: where its sum of squares starts
 };
 

@@ -81,8 +81,8 @@ class Optimizer {
   std::unique_ptr<StepPlan> plan_;
   std::vector<HyperParams> hparams_;  // what users edit; handed to the plan when changed
   std::vector<LayoutOptions> layouts_;
-  int created_groups_ = 0;            // groups made in the plan (the constructor's group 0 at its first add_param)
-  std::vector<const void*> ptrs_;     // per step
+  int created_groups_ = 0;         // groups made in the plan (the constructor's group 0 at its first add_param)
+  std::vector<const void*> ptrs_;  // per step
   std::vector<DType> dtypes_;
 };
 

@@ -14,9 +14,9 @@ void set_simd_level(const std::string& name);
 std::string cpu_features();  // relevant features the CPU reports
 
 namespace cuda {
-bool built();      // compiled with CUDA kernels
-bool available();  // built, and a CUDA device is usable now (never throws)
-int device_count();  // 0 when unavailable
+bool built();                   // compiled with CUDA kernels
+bool available();               // built, and a CUDA device is usable now (never throws)
+int device_count();             // 0 when unavailable
 std::string runtime_version();  // "" without CUDA
 // Device memory and synchronous copies (construction, save, load; never inside a step). Each runs
 // on `device` and restores the caller's current device. Without CUDA they throw.

@@ -12,8 +12,8 @@
 
 namespace octopt {
 
-inline constexpr const char* kStateFormat = "octopt-state";   // value of metadata key "octopt.format"
-inline constexpr int kStateFormatVersion = 1;                  // the version this build writes and reads
+inline constexpr const char* kStateFormat = "octopt-state";         // value of metadata key "octopt.format"
+inline constexpr int kStateFormatVersion = 1;                       // the version this build writes and reads
 inline constexpr std::uint64_t kMaxStateHeaderBytes = 100'000'000;  // as the safetensors reference reader
 inline constexpr std::size_t kMaxTensorNameBytes = 1024;
 
@@ -39,10 +39,10 @@ class FileError : public std::system_error {
 // A tensor to be written: `data` points at product(shape) elements of `dtype`, C order, in host byte
 // order (little-endian; writing on a big-endian host is refused).
 struct TensorView {
-  std::string name;    // non-empty, valid UTF-8, at most kMaxTensorNameBytes bytes, not starting with "__"
-  std::string dtype;   // safetensors dtype: F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL
+  std::string name;                 // non-empty, valid UTF-8, at most kMaxTensorNameBytes bytes, not starting with "__"
+  std::string dtype;                // safetensors dtype: F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL
   std::vector<std::int64_t> shape;  // every extent >= 0; {} is a scalar (one element)
-  const void* data;    // may be null when the tensor holds no elements
+  const void* data;                 // may be null when the tensor holds no elements
 };
 
 // Bytes per element of a safetensors dtype name, or 0 when octopt does not know it.
@@ -72,8 +72,8 @@ struct StateFile {
     const std::uint8_t* data;  // into `bytes`; no alignment beyond what the file layout gives
     std::uint32_t crc32c;      // verified against the stored checksum
   };
-  std::vector<Tensor> tensors;       // in file (data offset) order
-  std::vector<std::uint8_t> bytes;   // the data section; owns what the tensors point into
+  std::vector<Tensor> tensors;      // in file (data offset) order
+  std::vector<std::uint8_t> bytes;  // the data section; owns what the tensors point into
 };
 
 // Reads and validates a state file: the header completely before anything is allocated for the data

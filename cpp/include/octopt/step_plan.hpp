@@ -46,9 +46,9 @@ struct PlanOptions {
 // One state buffer of one tensor, as the plan laid it out.
 struct StateBuffers {
   SlotLayout slot;
-  void* data = nullptr;    // float32 values (bits 32) or uint8 codes (bits 8/4, two 4-bit codes per byte)
-  std::size_t count = 0;   // elements of `data`
-  float* absmax = nullptr; // one per block, bits 8/4
+  void* data = nullptr;     // float32 values (bits 32) or uint8 codes (bits 8/4, two 4-bit codes per byte)
+  std::size_t count = 0;    // elements of `data`
+  float* absmax = nullptr;  // one per block, bits 8/4
   std::size_t blocks = 0;
 };
 
@@ -56,7 +56,8 @@ class StepPlan {
  public:
   // Throws std::invalid_argument naming `fn` for bad options.
   explicit StepPlan(OptimKind kind, const PlanOptions& options = {},
-                    std::shared_ptr<StateAllocator> allocator = default_state_allocator(), const char* fn = "Optimizer");
+                    std::shared_ptr<StateAllocator> allocator = default_state_allocator(),
+                    const char* fn = "Optimizer");
   ~StepPlan();
   StepPlan(const StepPlan&) = delete;
   StepPlan& operator=(const StepPlan&) = delete;

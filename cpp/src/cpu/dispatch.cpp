@@ -11,7 +11,8 @@ namespace {
 bool cpu_has(const std::string& isa) {
 #if defined(OCTOPT_X86_KERNELS)
   __builtin_cpu_init();
-  if (isa == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  if (isa == "avx2")
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   if (isa == "avx512")
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && cpu_has("avx2");

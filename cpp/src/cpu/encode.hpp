@@ -85,10 +85,9 @@ inline __m512i search_levels(const float* lv, int size, __m512 r) {
     const __mmask16 s5 = _mm512_test_epi32_mask(j, b5);
     __m512 q[2];
     for (int h = 0; h < 2; ++h)
-      q[h] = _mm512_mask_blend_ps(s5, _mm512_permutex2var_ps(_mm512_loadu_ps(lv + 127 + 64 * h), j,
-                                                             _mm512_loadu_ps(lv + 143 + 64 * h)),
-                                  _mm512_permutex2var_ps(_mm512_loadu_ps(lv + 159 + 64 * h), j,
-                                                         _mm512_loadu_ps(lv + 175 + 64 * h)));
+      q[h] = _mm512_mask_blend_ps(
+          s5, _mm512_permutex2var_ps(_mm512_loadu_ps(lv + 127 + 64 * h), j, _mm512_loadu_ps(lv + 143 + 64 * h)),
+          _mm512_permutex2var_ps(_mm512_loadu_ps(lv + 159 + 64 * h), j, _mm512_loadu_ps(lv + 175 + 64 * h)));
     step(_mm512_mask_blend_ps(_mm512_test_epi32_mask(j, b6), q[0], q[1]), 1);
   }
   return c;
@@ -196,9 +195,9 @@ inline void encode256(const Codebook& cb, const Tables256& T, const float* v, in
     c[u] = _mm512_mask_mov_epi32(_mm512_setzero_si512(), _mm512_cmp_ps_mask(T.l128, r[u], _CMP_LE_OQ),
                                  _mm512_set1_epi32(128));
   }
-#define OCTOPT_LEVEL(T_EXPR, S)                                                                           \
-  for (int u = 0; u < U; ++u) {                                                                            \
-    const __m512 t = (T_EXPR);                                                                             \
+#define OCTOPT_LEVEL(T_EXPR, S)                                                                              \
+  for (int u = 0; u < U; ++u) {                                                                              \
+    const __m512 t = (T_EXPR);                                                                               \
     c[u] = _mm512_mask_add_epi32(c[u], _mm512_cmp_ps_mask(t, r[u], _CMP_LE_OQ), c[u], _mm512_set1_epi32(S)); \
   }
   OCTOPT_LEVEL(_mm512_permutexvar_ps(_mm512_srli_epi32(c[u], 7), T.l64), 64)
@@ -210,15 +209,15 @@ inline void encode256(const Codebook& cb, const Tables256& T, const float* v, in
                                     _mm512_permutex2var_ps(T.l2[0], _mm512_srli_epi32(c[u], 2), T.l2[1]),
                                     _mm512_permutex2var_ps(T.l2[2], _mm512_srli_epi32(c[u], 2), T.l2[3])),
                2)
-  OCTOPT_LEVEL(_mm512_mask_blend_ps(
-                   _mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b6),
-                   _mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b5),
-                                        _mm512_permutex2var_ps(T.l1[0], _mm512_srli_epi32(c[u], 1), T.l1[1]),
-                                        _mm512_permutex2var_ps(T.l1[2], _mm512_srli_epi32(c[u], 1), T.l1[3])),
-                   _mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b5),
-                                        _mm512_permutex2var_ps(T.l1[4], _mm512_srli_epi32(c[u], 1), T.l1[5]),
-                                        _mm512_permutex2var_ps(T.l1[6], _mm512_srli_epi32(c[u], 1), T.l1[7]))),
-               1)
+  OCTOPT_LEVEL(
+      _mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b6),
+                           _mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b5),
+                                                _mm512_permutex2var_ps(T.l1[0], _mm512_srli_epi32(c[u], 1), T.l1[1]),
+                                                _mm512_permutex2var_ps(T.l1[2], _mm512_srli_epi32(c[u], 1), T.l1[3])),
+                           _mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_srli_epi32(c[u], 1), b5),
+                                                _mm512_permutex2var_ps(T.l1[4], _mm512_srli_epi32(c[u], 1), T.l1[5]),
+                                                _mm512_permutex2var_ps(T.l1[6], _mm512_srli_epi32(c[u], 1), T.l1[7]))),
+      1)
 #undef OCTOPT_LEVEL
   for (int u = 0; u < U; ++u) _mm512_mask_cvtepi32_storeu_epi8(codes + i + 16 * u, m[u], apply_floor(cb, r[u], c[u]));
 }

@@ -22,8 +22,8 @@ struct Kernels {
   std::int64_t (*quantize)(const void* x, DType dtype, std::int64_t n, const Codebook& cb, int block_size, int bits,
                            Rounding rounding, std::uint64_t key, std::uint8_t* codes, float* absmax, std::int64_t b0,
                            std::int64_t b1);
-  void (*dequantize)(const std::uint8_t* codes, const float* absmax, std::int64_t n, const Codebook& cb,
-                     int block_size, int bits, DType out_dtype, void* out, std::int64_t b0, std::int64_t b1);
+  void (*dequantize)(const std::uint8_t* codes, const float* absmax, std::int64_t n, const Codebook& cb, int block_size,
+                     int bits, DType out_dtype, void* out, std::int64_t b0, std::int64_t b1);
   OptimBlockFn (*select_optim)(OptimKind kind, DType param, DType grad);
   // Blocks [b0, b1) of a gradient: how many hold NaN/Inf.
   std::int64_t (*count_nonfinite)(const void* g, DType dtype, std::int64_t n, int block_size, std::int64_t b0,

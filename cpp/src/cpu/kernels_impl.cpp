@@ -56,17 +56,25 @@ void store_block(void* dst, std::int64_t i0, int len, const float* v) {
 
 void load_any(const void* src, DType d, std::int64_t i0, int len, float* out) {
   switch (d) {
-    case DType::f32: std::memcpy(out, static_cast<const float*>(src) + i0, sizeof(float) * std::size_t(len)); return;
-    case DType::f16: return load_block<DType::f16>(src, i0, len, out);
-    case DType::bf16: return load_block<DType::bf16>(src, i0, len, out);
+    case DType::f32:
+      std::memcpy(out, static_cast<const float*>(src) + i0, sizeof(float) * std::size_t(len));
+      return;
+    case DType::f16:
+      return load_block<DType::f16>(src, i0, len, out);
+    case DType::bf16:
+      return load_block<DType::bf16>(src, i0, len, out);
   }
 }
 
 void store_any(void* dst, DType d, std::int64_t i0, int len, const float* v) {
   switch (d) {
-    case DType::f32: std::memcpy(static_cast<float*>(dst) + i0, v, sizeof(float) * std::size_t(len)); return;
-    case DType::f16: return store_block<DType::f16>(dst, i0, len, v);
-    case DType::bf16: return store_block<DType::bf16>(dst, i0, len, v);
+    case DType::f32:
+      std::memcpy(static_cast<float*>(dst) + i0, v, sizeof(float) * std::size_t(len));
+      return;
+    case DType::f16:
+      return store_block<DType::f16>(dst, i0, len, v);
+    case DType::bf16:
+      return store_block<DType::bf16>(dst, i0, len, v);
   }
 }
 
@@ -95,8 +103,8 @@ inline void prefetch_range(const void* base, std::int64_t byte0, std::int64_t by
 }
 
 // Codes of one block (any bits) from float values and their scale; stochastic rounding is scalar.
-void encode_codes(const Codebook& cb, const Levels& L, const float* v, int len, float scale, bool clip,
-                  bool stochastic, std::uint64_t key, std::int64_t i0, std::uint8_t* out) {
+void encode_codes(const Codebook& cb, const Levels& L, const float* v, int len, float scale, bool clip, bool stochastic,
+                  std::uint64_t key, std::int64_t i0, std::uint8_t* out) {
   if (!stochastic && !clip) return encode_block(cb, L, v, len, scale, out);
 #if defined(OCTOPT_ISA_AVX512)
   if (stochastic && !clip && L.simd) return encode_block_stochastic(cb, L, v, len, scale, key, i0, out);
@@ -105,8 +113,10 @@ void encode_codes(const Codebook& cb, const Levels& L, const float* v, int len, 
 }
 
 void read_codes(const std::uint8_t* src, int len, int bits, std::int64_t i0, std::uint8_t* codes) {
-  if (bits == 8) std::memcpy(codes, src + i0, std::size_t(len));
-  else unpack4(src + i0 / 2, len, codes);
+  if (bits == 8)
+    std::memcpy(codes, src + i0, std::size_t(len));
+  else
+    unpack4(src + i0 / 2, len, codes);
 }
 
 std::int64_t quantize(const void* x, DType dtype, std::int64_t n, const Codebook& cb, int block_size, int bits,
@@ -126,8 +136,10 @@ std::int64_t quantize(const void* x, DType dtype, std::int64_t n, const Codebook
     }
     // float32 input is read in place; 8-bit codes are written straight to the output
     const float* v = s.x;
-    if (dtype == DType::f32) v = static_cast<const float*>(x) + i0;
-    else load_any(x, dtype, i0, len, s.x);
+    if (dtype == DType::f32)
+      v = static_cast<const float*>(x) + i0;
+    else
+      load_any(x, dtype, i0, len, s.x);
     float amax = abs_max(v, len);
     absmax[b] = amax;
     if (!is_finite_abs(amax)) {
@@ -260,8 +272,10 @@ inline void prefetch_ahead(const StepTensor& slot, std::int64_t b, std::int64_t 
   for (int k = 0; k < kStates; ++k) {
     const StateBuffer& sb = slot.state[k];
     if (!sb.data) continue;
-    if (sb.bits == 32) prefetch_range(sb.data, i0 * 4, len * 4);
-    else prefetch_range(sb.data, sb.bits == 8 ? i0 : i0 / 2, sb.bits == 8 ? len : (len + 1) / 2);
+    if (sb.bits == 32)
+      prefetch_range(sb.data, i0 * 4, len * 4);
+    else
+      prefetch_range(sb.data, sb.bits == 8 ? i0 : i0 / 2, sb.bits == 8 ? len : (len + 1) / 2);
   }
 }
 
@@ -298,9 +312,12 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
     float* st[3] = {s.s[0], s.s[1], s.s[2]};
     for (int k = 0; k < kStates; ++k) {
       const StateBuffer& sb = slot.state[k];
-      if (!sb.data) std::fill(s.s[k], s.s[k] + len, 0.0f);
-      else if (sb.bits == 32) st[k] = static_cast<float*>(sb.data) + i0;
-      else load_state(sb, cfg.codebooks, b, i0, len, s.s[k], s.codes);
+      if (!sb.data)
+        std::fill(s.s[k], s.s[k] + len, 0.0f);
+      else if (sb.bits == 32)
+        st[k] = static_cast<float*>(sb.data) + i0;
+      else
+        load_state(sb, cfg.codebooks, b, i0, len, s.s[k], s.codes);
     }
     if (phase == OptimPhase::norms) {  // LAMB: the norm of the update direction; nothing is written
       direction_loop<K>(slot.scalars, len, p, g, st[0], st[1], st[2], s.u);
@@ -334,26 +351,40 @@ OptimBlockFn select_grad(DType g) {
 template <OptimKind K>
 OptimBlockFn select_param(DType p, DType g) {
   switch (p) {
-    case DType::f32: return &run_blocks<K, DType::f32, DType::f32>;
-    case DType::f16: return select_grad<K, DType::f16>(g);
-    case DType::bf16: return select_grad<K, DType::bf16>(g);
+    case DType::f32:
+      return &run_blocks<K, DType::f32, DType::f32>;
+    case DType::f16:
+      return select_grad<K, DType::f16>(g);
+    case DType::bf16:
+      return select_grad<K, DType::bf16>(g);
   }
   return nullptr;
 }
 
 OptimBlockFn select_optim(OptimKind k, DType p, DType g) {
   switch (k) {
-    case OptimKind::adam: return select_param<OptimKind::adam>(p, g);
-    case OptimKind::adamw: return select_param<OptimKind::adamw>(p, g);
-    case OptimKind::sgd: return select_param<OptimKind::sgd>(p, g);
-    case OptimKind::rmsprop: return select_param<OptimKind::rmsprop>(p, g);
-    case OptimKind::adagrad: return select_param<OptimKind::adagrad>(p, g);
-    case OptimKind::lion: return select_param<OptimKind::lion>(p, g);
-    case OptimKind::ademamix: return select_param<OptimKind::ademamix>(p, g);
-    case OptimKind::lamb: return select_param<OptimKind::lamb>(p, g);
-    case OptimKind::lars: return select_param<OptimKind::lars>(p, g);
-    case OptimKind::radam: return select_param<OptimKind::radam>(p, g);
-    case OptimKind::nadam: return select_param<OptimKind::nadam>(p, g);
+    case OptimKind::adam:
+      return select_param<OptimKind::adam>(p, g);
+    case OptimKind::adamw:
+      return select_param<OptimKind::adamw>(p, g);
+    case OptimKind::sgd:
+      return select_param<OptimKind::sgd>(p, g);
+    case OptimKind::rmsprop:
+      return select_param<OptimKind::rmsprop>(p, g);
+    case OptimKind::adagrad:
+      return select_param<OptimKind::adagrad>(p, g);
+    case OptimKind::lion:
+      return select_param<OptimKind::lion>(p, g);
+    case OptimKind::ademamix:
+      return select_param<OptimKind::ademamix>(p, g);
+    case OptimKind::lamb:
+      return select_param<OptimKind::lamb>(p, g);
+    case OptimKind::lars:
+      return select_param<OptimKind::lars>(p, g);
+    case OptimKind::radam:
+      return select_param<OptimKind::radam>(p, g);
+    case OptimKind::nadam:
+      return select_param<OptimKind::nadam>(p, g);
   }
   return nullptr;
 }

@@ -47,8 +47,7 @@ def _triad(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
 def measure(kernel: str, threads: int, repeats: int, n: int = N) -> StreamResult:
     """`repeats` timed runs of `kernel` after one untimed run, split over `threads` threads."""
     if kernel not in BYTES_PER_ELEMENT:
-        raise ValueError(f"bandwidth.measure: kernel must be one of {sorted(BYTES_PER_ELEMENT)}, "
-                         f"got {kernel!r}")
+        raise ValueError(f"bandwidth.measure: kernel must be one of {sorted(BYTES_PER_ELEMENT)}, got {kernel!r}")
     rng = np.random.default_rng(1)
     b = rng.standard_normal(n, dtype=np.float32)
     a = np.empty_like(b)

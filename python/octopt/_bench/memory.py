@@ -23,8 +23,7 @@ import time
 
 import numpy as np
 
-IMPLS = ("octopt Adam 8-bit", "octopt Adam 4-bit", "octopt Adam 32-bit", "torch Adam fused",
-         "torch Adam foreach")
+IMPLS = ("octopt Adam 8-bit", "octopt Adam 4-bit", "octopt Adam 32-bit", "torch Adam fused", "torch Adam foreach")
 MIB = 1 << 20
 
 
@@ -113,9 +112,19 @@ def child(impl: str, n: int, threads: int, steps: int) -> dict:
             for _ in range(steps):
                 step()
         peak = s.peak
-    return {"impl": impl, "n": n, "threads": threads, "steps": steps, "method": method,
-            "params_grads_bytes": 8 * n, "state_bytes": int(state_bytes()), "rss_baseline_kib": baseline,
-            "rss_before_kib": before, "peak_kib": peak, "temporaries_kib": peak - before}
+    return {
+        "impl": impl,
+        "n": n,
+        "threads": threads,
+        "steps": steps,
+        "method": method,
+        "params_grads_bytes": 8 * n,
+        "state_bytes": int(state_bytes()),
+        "rss_baseline_kib": baseline,
+        "rss_before_kib": before,
+        "peak_kib": peak,
+        "temporaries_kib": peak - before,
+    }
 
 
 def run_all(n: int, threads: int, steps: int, impls=IMPLS, progress=None) -> tuple[list[dict], list[str]]:
@@ -154,13 +163,31 @@ def other_bytes(r: dict) -> int:
 def memory_table(results: list[dict]) -> str:
     from .table import format_table
 
-    head = ("implementation", "params+grads MiB", "state MiB", "other MiB", "RSS before MiB",
-            "peak in steps MiB", "temporaries MiB", "B/param", "method")
-    lines = [(r["impl"], f"{r['params_grads_bytes'] / MIB:.0f}", f"{r['state_bytes'] / MIB:.1f}",
-              f"{other_bytes(r) / MIB:.1f}", f"{r['rss_before_kib'] / 1024:.0f}",
-              f"{r['peak_kib'] / 1024:.0f}", f"{r['temporaries_kib'] / 1024:.1f}",
-              f"{r['temporaries_kib'] * 1024 / r['n']:.2f}", r["method"])
-             for r in results]
+    head = (
+        "implementation",
+        "params+grads MiB",
+        "state MiB",
+        "other MiB",
+        "RSS before MiB",
+        "peak in steps MiB",
+        "temporaries MiB",
+        "B/param",
+        "method",
+    )
+    lines = [
+        (
+            r["impl"],
+            f"{r['params_grads_bytes'] / MIB:.0f}",
+            f"{r['state_bytes'] / MIB:.1f}",
+            f"{other_bytes(r) / MIB:.1f}",
+            f"{r['rss_before_kib'] / 1024:.0f}",
+            f"{r['peak_kib'] / 1024:.0f}",
+            f"{r['temporaries_kib'] / 1024:.1f}",
+            f"{r['temporaries_kib'] * 1024 / r['n']:.2f}",
+            r["method"],
+        )
+        for r in results
+    ]
     return format_table(head, lines)
 
 

@@ -47,8 +47,12 @@ from .table import format_table
 # The issue's targets, microseconds of overhead per tensor for a CPU step of 256 small tensors.
 TARGETS_US = {"numpy": 2.0, "torch": 4.0}
 PATHS = ("numpy", "torch", "torch-foreach", "torch-fused")
-PATH_NAMES = {"numpy": "octopt.Adam (NumPy)", "torch": "octopt.torch.AdamW",
-              "torch-foreach": "torch Adam foreach=False", "torch-fused": "torch Adam fused"}
+PATH_NAMES = {
+    "numpy": "octopt.Adam (NumPy)",
+    "torch": "octopt.torch.AdamW",
+    "torch-foreach": "torch Adam foreach=False",
+    "torch-fused": "torch Adam fused",
+}
 DEFAULT_TENSORS = 256
 DEFAULT_SIZES = (64, 4096)
 DEFAULT_BITS = (32, 8)
@@ -108,13 +112,18 @@ class OverheadRow:
         d = asdict(self)
         d["name"] = self.name
         if self.step_rounds_s:
-            d.update(step_us=self.step_s * 1e6, kernel_us=self.kernel_s * 1e6,
-                     step_median_us=statistics.median(self.step_rounds_s) * 1e6,
-                     kernel_median_us=statistics.median(self.kernel_rounds_s) * 1e6,
-                     overhead_us_per_tensor=self.per_tensor_s * 1e6,
-                     overhead_cpu_us_per_tensor=self.per_tensor_cpu_s * 1e6,
-                     overhead_rounds_us=[x * 1e6 for x in self.paired_s], target_us=self.target_us,
-                     x_target=self.per_tensor_s * 1e6 / self.target_us if self.target_us else None, ok=self.ok)
+            d.update(
+                step_us=self.step_s * 1e6,
+                kernel_us=self.kernel_s * 1e6,
+                step_median_us=statistics.median(self.step_rounds_s) * 1e6,
+                kernel_median_us=statistics.median(self.kernel_rounds_s) * 1e6,
+                overhead_us_per_tensor=self.per_tensor_s * 1e6,
+                overhead_cpu_us_per_tensor=self.per_tensor_cpu_s * 1e6,
+                overhead_rounds_us=[x * 1e6 for x in self.paired_s],
+                target_us=self.target_us,
+                x_target=self.per_tensor_s * 1e6 / self.target_us if self.target_us else None,
+                ok=self.ok,
+            )
         return d
 
 
@@ -180,9 +189,11 @@ def measure(row: OverheadRow, rounds: int, steps: int, warmup: int) -> None:
     try:
         for r in range(rounds):
             # alternate the order so that neither side always runs right after the other's cache footprint
-            pair = ((row.step_rounds_s, row.step_cpu_rounds_s, many),
-                    (row.kernel_rounds_s, row.kernel_cpu_rounds_s, one))
-            for wall, cpu, step in (pair if r % 2 == 0 else pair[::-1]):
+            pair = (
+                (row.step_rounds_s, row.step_cpu_rounds_s, many),
+                (row.kernel_rounds_s, row.kernel_cpu_rounds_s, one),
+            )
+            for wall, cpu, step in pair if r % 2 == 0 else pair[::-1]:
                 w, c = _round_median(step, steps)
                 wall.append(w)
                 cpu.append(c)
@@ -195,7 +206,7 @@ def plan_rows(paths: tuple[str, ...], tensors: int, sizes: tuple[int, ...], bits
     rows = []
     for elems in sizes:
         for path in paths:
-            for b in (bits if path in ("numpy", "torch") else (32,)):
+            for b in bits if path in ("numpy", "torch") else (32,):
                 rows.append(OverheadRow(path, tensors, elems, b))
     return rows
 
@@ -209,8 +220,7 @@ def torch_missing() -> str:
     return ""
 
 
-def run_rows(rows: list[OverheadRow], threads: int, rounds: int, steps: int, warmup: int,
-             progress=None) -> None:
+def run_rows(rows: list[OverheadRow], threads: int, rounds: int, steps: int, warmup: int, progress=None) -> None:
     """Measures every row at `threads` threads (octopt and torch), restoring octopt's thread count after."""
     missing = torch_missing() if any(r.path != "numpy" for r in rows) else ""
     before = octopt.get_num_threads()
@@ -234,8 +244,10 @@ def run_rows(rows: list[OverheadRow], threads: int, rounds: int, steps: int, war
             measure(row, rounds, steps, warmup)
             gc.collect()
             if progress:
-                progress.finish(f"{label}: step {row.step_s * 1e6:.0f} us, kernel {row.kernel_s * 1e6:.0f} us, "
-                                f"{row.per_tensor_s * 1e6:.2f} us/tensor")
+                progress.finish(
+                    f"{label}: step {row.step_s * 1e6:.0f} us, kernel {row.kernel_s * 1e6:.0f} us, "
+                    f"{row.per_tensor_s * 1e6:.2f} us/tensor"
+                )
     finally:
         octopt.set_num_threads(before)
         if not missing:
@@ -244,8 +256,20 @@ def run_rows(rows: list[OverheadRow], threads: int, rounds: int, steps: int, war
 
 # -- output ---------------------------------------------------------------------------------------------
 def overhead_table(rows: list[OverheadRow]) -> str:
-    head = ("path", "tensors", "elems each", "bits", "step us", "kernel us", "overhead us/tensor",
-            "rounds min-max", "cpu-time est.", "target", "x target", "pass")
+    head = (
+        "path",
+        "tensors",
+        "elems each",
+        "bits",
+        "step us",
+        "kernel us",
+        "overhead us/tensor",
+        "rounds min-max",
+        "cpu-time est.",
+        "target",
+        "x target",
+        "pass",
+    )
     lines: list = []
     for elems in dict.fromkeys(r.elems for r in rows):
         if lines:
@@ -257,21 +281,33 @@ def overhead_table(rows: list[OverheadRow]) -> str:
                 continue
             paired = [x * 1e6 for x in r.paired_s]
             t = r.target_us
-            lines.append((r.name, str(r.tensors), str(r.elems), bits, f"{r.step_s * 1e6:.1f}",
-                          f"{r.kernel_s * 1e6:.1f}", f"{r.per_tensor_s * 1e6:.2f}",
-                          f"{min(paired):.2f}-{max(paired):.2f}", f"{r.per_tensor_cpu_s * 1e6:.2f}",
-                          f"<= {t:g}" if t else "-",
-                          f"{r.per_tensor_s * 1e6 / t:.2f}" if t else "-",
-                          ("PASS" if r.ok else "FAIL") if t else "-"))
+            lines.append(
+                (
+                    r.name,
+                    str(r.tensors),
+                    str(r.elems),
+                    bits,
+                    f"{r.step_s * 1e6:.1f}",
+                    f"{r.kernel_s * 1e6:.1f}",
+                    f"{r.per_tensor_s * 1e6:.2f}",
+                    f"{min(paired):.2f}-{max(paired):.2f}",
+                    f"{r.per_tensor_cpu_s * 1e6:.2f}",
+                    f"<= {t:g}" if t else "-",
+                    f"{r.per_tensor_s * 1e6 / t:.2f}" if t else "-",
+                    ("PASS" if r.ok else "FAIL") if t else "-",
+                )
+            )
     return format_table(head, lines, left=1)
 
 
-EXPLAIN = ("per-tensor overhead: 'step us' = one step of N tensors of E float32 elements; 'kernel us' = one "
-           "step of ONE tensor of N*E elements through the same path (same arithmetic, per-tensor costs paid "
-           "once);\n'overhead us/tensor' = (step - kernel) / (N - 1); each figure is the minimum over rounds of "
-           "a round's median step, 'rounds min-max' the overhead estimated from each round alone (the noise);\n"
-           "'cpu-time est.': the same from the process's CPU time (at 1 thread it leaves out the time other "
-           "processes held the core; pass/fail uses wall time).")
+EXPLAIN = (
+    "per-tensor overhead: 'step us' = one step of N tensors of E float32 elements; 'kernel us' = one "
+    "step of ONE tensor of N*E elements through the same path (same arithmetic, per-tensor costs paid "
+    "once);\n'overhead us/tensor' = (step - kernel) / (N - 1); each figure is the minimum over rounds of "
+    "a round's median step, 'rounds min-max' the overhead estimated from each round alone (the noise);\n"
+    "'cpu-time est.': the same from the process's CPU time (at 1 thread it leaves out the time other "
+    "processes held the core; pass/fail uses wall time)."
+)
 
 
 def print_section(rows: list[OverheadRow], threads: int, rounds: int, steps: int) -> None:
@@ -279,32 +315,60 @@ def print_section(rows: list[OverheadRow], threads: int, rounds: int, steps: int
     print(overhead_table(rows))
     for r in rows:
         if r.target_us and r.step_rounds_s:
-            print(f"{'PASS' if r.ok else 'FAIL'}  {r.name} {r.tensors}x{r.elems} {r.bits}-bit: "
-                  f"{r.per_tensor_s * 1e6:.2f} us/tensor (target <= {r.target_us:g} us)")
+            print(
+                f"{'PASS' if r.ok else 'FAIL'}  {r.name} {r.tensors}x{r.elems} {r.bits}-bit: "
+                f"{r.per_tensor_s * 1e6:.2f} us/tensor (target <= {r.target_us:g} us)"
+            )
 
 
 def add_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
     """The section's options; `prefix` ("overhead-") when they sit beside the step benchmark's."""
-    p.add_argument(f"--{prefix}tensors", type=int, default=DEFAULT_TENSORS,
-                   help=f"tensors per optimizer (default {DEFAULT_TENSORS})")
-    p.add_argument(f"--{prefix}sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), metavar="E",
-                   help=f"float32 elements per tensor (default {' '.join(map(str, DEFAULT_SIZES))})")
-    p.add_argument(f"--{prefix}bits", type=int, nargs="+", default=list(DEFAULT_BITS), choices=(32, 8, 4),
-                   help="octopt state bits (default 32 8)")
-    p.add_argument(f"--{prefix}paths", nargs="+", default=list(PATHS), choices=PATHS,
-                   help=f"paths to measure (default all: {' '.join(PATHS)})")
+    p.add_argument(
+        f"--{prefix}tensors",
+        type=int,
+        default=DEFAULT_TENSORS,
+        help=f"tensors per optimizer (default {DEFAULT_TENSORS})",
+    )
+    p.add_argument(
+        f"--{prefix}sizes",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_SIZES),
+        metavar="E",
+        help=f"float32 elements per tensor (default {' '.join(map(str, DEFAULT_SIZES))})",
+    )
+    p.add_argument(
+        f"--{prefix}bits",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_BITS),
+        choices=(32, 8, 4),
+        help="octopt state bits (default 32 8)",
+    )
+    p.add_argument(
+        f"--{prefix}paths",
+        nargs="+",
+        default=list(PATHS),
+        choices=PATHS,
+        help=f"paths to measure (default all: {' '.join(PATHS)})",
+    )
     p.add_argument(f"--{prefix}rounds", type=int, default=7, help="rounds (default 7)")
     p.add_argument(f"--{prefix}steps", type=int, default=30, help="timed steps per optimizer per round (default 30)")
     p.add_argument(f"--{prefix}warmup", type=int, default=3, help="untimed steps first (default 3)")
-    p.add_argument(f"--{prefix}threads", type=int, default=1,
-                   help="octopt and torch threads (default 1: the per-tensor work is serial, and one thread "
-                        "keeps the figure steady on a shared machine)")
+    p.add_argument(
+        f"--{prefix}threads",
+        type=int,
+        default=1,
+        help="octopt and torch threads (default 1: the per-tensor work is serial, and one thread "
+        "keeps the figure steady on a shared machine)",
+    )
 
 
 def options(args: argparse.Namespace, prefix: str = "") -> dict:
     key = prefix.replace("-", "_")
-    return {k: getattr(args, key + k) for k in ("tensors", "sizes", "bits", "paths", "rounds", "steps", "warmup",
-                                                 "threads")}
+    return {
+        k: getattr(args, key + k) for k in ("tensors", "sizes", "bits", "paths", "rounds", "steps", "warmup", "threads")
+    }
 
 
 def check_options(o: dict) -> str:
@@ -324,8 +388,9 @@ def run_section(o: dict, progress=None) -> tuple[list[OverheadRow], dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench/overhead.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="bench/overhead.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_options(p)
     p.add_argument("--out", metavar="FILE", help="also write the results as JSON to FILE")
     args = p.parse_args(argv)
@@ -338,9 +403,11 @@ def main(argv: list[str] | None = None) -> int:
 
     n = len(plan_rows(tuple(o["paths"]), o["tensors"], tuple(o["sizes"]), tuple(o["bits"])))
     load_start = os.getloadavg()
-    print(f"octopt per-tensor overhead: {platform.machine()} x{os.cpu_count()}, load avg {load_start}; octopt "
-          f"{octopt.__version__} ({octopt.info().get('simd')}) from "
-          f"{os.path.dirname(os.path.abspath(octopt.__file__))}")
+    print(
+        f"octopt per-tensor overhead: {platform.machine()} x{os.cpu_count()}, load avg {load_start}; octopt "
+        f"{octopt.__version__} ({octopt.info().get('simd')}) from "
+        f"{os.path.dirname(os.path.abspath(octopt.__file__))}"
+    )
     progress = Progress(n)
     rows, data = run_section(o, progress)
     progress.close()

@@ -119,12 +119,10 @@ def implementations(threads: int, skip: tuple[str, ...] = ()) -> tuple[list[Impl
     octopt.set_num_threads(threads)
     impls: list[Impl] = []
     left_out: list[str] = []
-    versions = {"numpy": np.__version__, "octopt": octopt.__version__,
-                "octopt_simd": octopt.info().get("simd")}
+    versions = {"numpy": np.__version__, "octopt": octopt.__version__, "octopt_simd": octopt.info().get("simd")}
     if "octopt" not in skip:
         for cls in (octopt.Adam, octopt.AdamW):
-            impls += [Impl(f"octopt {cls.__name__} {b}-bit", "octopt", b, octopt_step(cls, b))
-                      for b in (8, 4, 32)]
+            impls += [Impl(f"octopt {cls.__name__} {b}-bit", "octopt", b, octopt_step(cls, b)) for b in (8, 4, 32)]
     for family in FAMILIES[1:]:
         if family in skip:
             left_out.append(f"{family}: --skip {family}")

@@ -12,9 +12,13 @@ FUSED = "torch Adam fused"  # the reference of the "x fused" column
 
 # The targets, octopt's median step time over torch fused Adam's in the same case, for cases of at
 # least 2^24 parameters: (implementation, single tensor?, at most this ratio).
-TARGETS = (("octopt Adam 8-bit", True, 0.65), ("octopt Adam 8-bit", False, 0.8),
-           ("octopt Adam 4-bit", True, 0.6), ("octopt Adam 32-bit", True, 1.0),
-           ("octopt Adam 32-bit", False, 1.0))
+TARGETS = (
+    ("octopt Adam 8-bit", True, 0.65),
+    ("octopt Adam 8-bit", False, 0.8),
+    ("octopt Adam 4-bit", True, 0.6),
+    ("octopt Adam 32-bit", True, 1.0),
+    ("octopt Adam 32-bit", False, 1.0),
+)
 
 
 @dataclass
@@ -44,11 +48,18 @@ class Row:
     def to_json(self, floor_gbps: float, fused: Row | None) -> dict:
         d = asdict(self)
         if self.times_s:
-            d.update(median_s=self.median, min_s=min(self.times_s), max_s=max(self.times_s),
-                     cpu_median_s=statistics.median(self.cpu_s), ns_per_param=self.median / self.n * 1e9,
-                     bytes_moved=self.bytes_moved, gbps=self.gbps, of_floor=self.gbps / floor_gbps,
-                     floor_s=self.bytes_moved / (floor_gbps * 1e9),
-                     x_fused=self.median / fused.median if fused else None)
+            d.update(
+                median_s=self.median,
+                min_s=min(self.times_s),
+                max_s=max(self.times_s),
+                cpu_median_s=statistics.median(self.cpu_s),
+                ns_per_param=self.median / self.n * 1e9,
+                bytes_moved=self.bytes_moved,
+                gbps=self.gbps,
+                of_floor=self.gbps / floor_gbps,
+                floor_s=self.bytes_moved / (floor_gbps * 1e9),
+                x_fused=self.median / fused.median if fused else None,
+            )
         return d
 
 
@@ -57,8 +68,19 @@ def fused_of(rows: list[Row], case: str) -> Row | None:
 
 
 def step_table(rows: list[Row], floor_gbps: float) -> str:
-    head = ("case", "implementation", "bits", "ms/step", "spread (min-max)", "ns/param", "GB/s", "of floor",
-            "x fused", "cpu ms", "cores")
+    head = (
+        "case",
+        "implementation",
+        "bits",
+        "ms/step",
+        "spread (min-max)",
+        "ns/param",
+        "GB/s",
+        "of floor",
+        "x fused",
+        "cpu ms",
+        "cores",
+    )
     lines: list = []
     for case in dict.fromkeys(r.case for r in rows):
         if lines:
@@ -69,9 +91,21 @@ def step_table(rows: list[Row], floor_gbps: float) -> str:
                 lines.append((r.case, r.impl, str(r.bits), r.note))
                 continue
             m, cpu = r.median, statistics.median(r.cpu_s)
-            lines.append((r.case, r.impl, str(r.bits), ms(m), f"{ms(min(r.times_s))}-{ms(max(r.times_s))}",
-                          f"{m / r.n * 1e9:.3f}", f"{r.gbps:.1f}", f"{r.gbps / floor_gbps:.0%}",
-                          f"{m / fused.median:.2f}" if fused else "n/a", ms(cpu), f"{cpu / m:.2f}"))
+            lines.append(
+                (
+                    r.case,
+                    r.impl,
+                    str(r.bits),
+                    ms(m),
+                    f"{ms(min(r.times_s))}-{ms(max(r.times_s))}",
+                    f"{m / r.n * 1e9:.3f}",
+                    f"{r.gbps:.1f}",
+                    f"{r.gbps / floor_gbps:.0%}",
+                    f"{m / fused.median:.2f}" if fused else "n/a",
+                    ms(cpu),
+                    f"{cpu / m:.2f}",
+                )
+            )
     return format_table(head, lines, left=2)
 
 
@@ -85,6 +119,13 @@ def targets(rows: list[Row]) -> list[dict]:
                 continue
             ratio = ours.median / fused.median
             cpu = statistics.median(ours.cpu_s) / statistics.median(fused.cpu_s)
-            out.append({"case": case, "target": f"{impl} <= {limit}x the time of {FUSED}", "value": ratio,
-                        "ok": ratio <= limit, "text": f"{ratio:.2f}x (CPU time {cpu:.2f}x)"})
+            out.append(
+                {
+                    "case": case,
+                    "target": f"{impl} <= {limit}x the time of {FUSED}",
+                    "value": ratio,
+                    "ok": ratio <= limit,
+                    "text": f"{ratio:.2f}x (CPU time {cpu:.2f}x)",
+                }
+            )
     return out

@@ -15,8 +15,7 @@ from .timing import Progress, time_steps
 ALWAYS_RUN_UP_TO = 1 << 24  # a slow peer's first single-tensor case up to this size runs without an estimate
 
 
-def run_case(case: Case, impls: list[Impl], args, progress: Progress, per_param: dict,
-             rows: list[Row]) -> None:
+def run_case(case: Case, impls: list[Impl], args, progress: Progress, per_param: dict, rows: list[Row]) -> None:
     """Appends one Row per implementation. `per_param` carries each slow peer's measured seconds per
     parameter from one single-tensor case to the next (its cost estimate)."""
     rng = np.random.default_rng(0)
@@ -28,8 +27,9 @@ def run_case(case: Case, impls: list[Impl], args, progress: Progress, per_param:
         if impl.slow:
             warmup, repeats = 1, args.slow_repeats
             progress.start(f"{case.label} {impl.name}: cost estimate")
-            skip = slow_skip_reason(case, impl, per_param.get(impl.name), args.slow_budget, warmup + repeats,
-                                    master, grads[0])
+            skip = slow_skip_reason(
+                case, impl, per_param.get(impl.name), args.slow_budget, warmup + repeats, master, grads[0]
+            )
             if skip:
                 row.note = f"skipped: {skip}"
                 rows.append(row)
@@ -44,12 +44,15 @@ def run_case(case: Case, impls: list[Impl], args, progress: Progress, per_param:
         if impl.slow and case.tensors == 1:
             per_param[impl.name] = row.median / case.n
         rows.append(row)
-        progress.finish(f"{case.label:>10}  {impl.name:<22} {ms(row.median):>9} ms/step  "
-                        f"({ms(min(row.times_s))}-{ms(max(row.times_s))}, {len(row.times_s)} steps)")
+        progress.finish(
+            f"{case.label:>10}  {impl.name:<22} {ms(row.median):>9} ms/step  "
+            f"({ms(min(row.times_s))}-{ms(max(row.times_s))}, {len(row.times_s)} steps)"
+        )
 
 
-def slow_skip_reason(case: Case, impl: Impl, per_param: float | None, budget: float, steps: int,
-                     master: np.ndarray, grad: np.ndarray) -> str:
+def slow_skip_reason(
+    case: Case, impl: Impl, per_param: float | None, budget: float, steps: int, master: np.ndarray, grad: np.ndarray
+) -> str:
     """A slow peer runs only where its estimated cost fits `budget` seconds. A single tensor is estimated from
     the seconds per parameter of an earlier single-tensor case (the first one up to 2^24 parameters just
     runs); a split case from a second step on one of its tensors (the first may compile, as torchao's does),

@@ -36,35 +36,61 @@ DEFAULT_ROOT = "octopt-bench-results"  # under the current directory; bench/step
 
 
 def add_arguments(p: argparse.ArgumentParser, default_root: str = DEFAULT_ROOT) -> None:
-    p.add_argument("--threads", type=int, default=2,
-                   help="threads of octopt, torch, XLA and the STREAM kernels (default 2)")
+    p.add_argument(
+        "--threads", type=int, default=2, help="threads of octopt, torch, XLA and the STREAM kernels (default 2)"
+    )
     p.add_argument("--repeats", type=int, default=10, help="timed steps per implementation (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first, state allocation included")
-    p.add_argument("--sizes", nargs="+", metavar="N[xK]",
-                   help="cases: 2^E or an integer, xK = split into K tensors "
-                        f"(default {' '.join(DEFAULT_SIZES)})")
-    p.add_argument("--skip", nargs="+", default=[], choices=FAMILIES, metavar="FAMILY",
-                   help=f"leave these out: {', '.join(FAMILIES)}")
-    p.add_argument("--slow-repeats", "--bnb-repeats", type=int, default=2,
-                   help="timed steps of the slow peers, bitsandbytes and torchao (default 2, after "
-                        "1 warm-up)")
-    p.add_argument("--slow-budget", "--bnb-budget", type=float, default=8.0,
-                   help="skip a slow peer where its estimated cost exceeds this many seconds (default 8)")
-    p.add_argument("--stream-size", type=parse_size, default=bandwidth.N,
-                   help="float32 elements per array of the STREAM copy/triad (default 2^26)")
-    p.add_argument("--memory-size", type=parse_size, default=1 << 26,
-                   help="parameters of the memory row (default 2^26)")
-    p.add_argument("--memory-steps", type=int, default=5,
-                   help="steps watched for the memory peak (default 5)")
+    p.add_argument(
+        "--sizes",
+        nargs="+",
+        metavar="N[xK]",
+        help=f"cases: 2^E or an integer, xK = split into K tensors (default {' '.join(DEFAULT_SIZES)})",
+    )
+    p.add_argument(
+        "--skip",
+        nargs="+",
+        default=[],
+        choices=FAMILIES,
+        metavar="FAMILY",
+        help=f"leave these out: {', '.join(FAMILIES)}",
+    )
+    p.add_argument(
+        "--slow-repeats",
+        "--bnb-repeats",
+        type=int,
+        default=2,
+        help="timed steps of the slow peers, bitsandbytes and torchao (default 2, after 1 warm-up)",
+    )
+    p.add_argument(
+        "--slow-budget",
+        "--bnb-budget",
+        type=float,
+        default=8.0,
+        help="skip a slow peer where its estimated cost exceeds this many seconds (default 8)",
+    )
+    p.add_argument(
+        "--stream-size",
+        type=parse_size,
+        default=bandwidth.N,
+        help="float32 elements per array of the STREAM copy/triad (default 2^26)",
+    )
+    p.add_argument(
+        "--memory-size", type=parse_size, default=1 << 26, help="parameters of the memory row (default 2^26)"
+    )
+    p.add_argument("--memory-steps", type=int, default=5, help="steps watched for the memory peak (default 5)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--memory-only", action="store_true", help="only the memory table")
     mode.add_argument("--no-memory", action="store_true", help="skip the memory table")
     mode.add_argument("--overhead-only", action="store_true", help="only the per-tensor overhead table")
     p.add_argument("--no-overhead", action="store_true", help="skip the per-tensor overhead table")
     overhead.add_options(p, prefix="overhead-")
-    p.add_argument("--quick", action="store_true",
-                   help=f"fast check: {' '.join(QUICK_SIZES)}, 3 steps, STREAM and memory rows at 2^22, "
-                        "overhead in 3 rounds of 10 steps")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"fast check: {' '.join(QUICK_SIZES)}, 3 steps, STREAM and memory rows at 2^22, "
+        "overhead in 3 rounds of 10 steps",
+    )
     p.add_argument("--out", metavar="DIR", help=f"results folder (default {default_root}/<timestamp>/)")
     p.add_argument("--no-chart", action="store_true", help="no PNG (matplotlib not needed)")
     p.set_defaults(func=run, default_root=default_root)
@@ -112,13 +138,14 @@ def run(args: argparse.Namespace) -> int:
     load_start = os.getloadavg()
     if args.overhead_only:  # no peer is imported: torch only by the overhead rows that need it
         impls, left_out = [], []
-        versions = {"numpy": np.__version__, "octopt": octopt.__version__,
-                    "octopt_simd": octopt.info().get("simd")}
+        versions = {"numpy": np.__version__, "octopt": octopt.__version__, "octopt_simd": octopt.info().get("simd")}
     else:
         impls, left_out, versions = implementations(args.threads, tuple(args.skip))
     versions["python"] = platform.python_version()
-    print(f"octopt step benchmark: {args.threads} thread(s), {args.repeats} timed steps after {args.warmup} "
-          f"warm-up; {platform.machine()} x{os.cpu_count()}; load avg {load_start}")
+    print(
+        f"octopt step benchmark: {args.threads} thread(s), {args.repeats} timed steps after {args.warmup} "
+        f"warm-up; {platform.machine()} x{os.cpu_count()}; load avg {load_start}"
+    )
     print(f"octopt from {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v))
     for s in left_out:
@@ -127,8 +154,13 @@ def run(args: argparse.Namespace) -> int:
     stream_rounds = 2 * 2 * len({1, args.threads}) if do_steps else 0
     mem_impls = memory.IMPLS if "torch" not in args.skip else [i for i in memory.IMPLS if "torch" not in i]
     n_mem = len(mem_impls) if do_memory else 0
-    over_rows = overhead.plan_rows(tuple(over_opts["paths"]), over_opts["tensors"], tuple(over_opts["sizes"]),
-                                   tuple(over_opts["bits"])) if do_overhead else []
+    over_rows = (
+        overhead.plan_rows(
+            tuple(over_opts["paths"]), over_opts["tensors"], tuple(over_opts["sizes"]), tuple(over_opts["bits"])
+        )
+        if do_overhead
+        else []
+    )
     progress = Progress(stream_rounds + (len(cases) * len(impls) if do_steps else 0) + n_mem + len(over_rows))
     streams: dict = {}
     rows: list[Row] = []
@@ -141,25 +173,42 @@ def run(args: argparse.Namespace) -> int:
         _stream_round(streams, args, progress, "end")  # the load on a shared machine drifts
     over_data = None
     if over_rows:
-        overhead.run_rows(over_rows, over_opts["threads"], over_opts["rounds"], over_opts["steps"],
-                          over_opts["warmup"], progress)
-        over_data = {"options": over_opts, "targets_us": overhead.TARGETS_US, "method": overhead.EXPLAIN,
-                     "rows": [r.to_json() for r in over_rows]}
+        overhead.run_rows(
+            over_rows, over_opts["threads"], over_opts["rounds"], over_opts["steps"], over_opts["warmup"], progress
+        )
+        over_data = {
+            "options": over_opts,
+            "targets_us": overhead.TARGETS_US,
+            "method": overhead.EXPLAIN,
+            "rows": [r.to_json() for r in over_rows],
+        }
         gc.collect()
-    mem, mem_failed = memory.run_all(args.memory_size, args.threads, args.memory_steps, mem_impls,
-                                     progress) if do_memory else ([], [])
+    mem, mem_failed = (
+        memory.run_all(args.memory_size, args.threads, args.memory_steps, mem_impls, progress)
+        if do_memory
+        else ([], [])
+    )
     progress.close()
     load_end = os.getloadavg()
 
     floor_gbps = max((r.gbps for r in streams.values()), default=None)
-    data = {"args": {k: v for k, v in vars(args).items() if k != "func"}, "versions": versions,
-            "left_out": left_out, "load_avg": [load_start, load_end],
-            "bytes_per_param": {str(k): v for k, v in BYTES_PER_PARAM.items()},
-            "stream": [{"kernel": r.kernel, "threads": r.threads, "n": r.n, "times_s": r.times_s,
-                        "gbps": r.gbps} for r in streams.values()],
-            "floor_gbps": floor_gbps,
-            "rows": [r.to_json(floor_gbps, fused_of(rows, r.case)) for r in rows] if rows else [],
-            "targets": targets(rows), "memory": mem, "memory_failed": mem_failed, "overhead": over_data}
+    data = {
+        "args": {k: v for k, v in vars(args).items() if k != "func"},
+        "versions": versions,
+        "left_out": left_out,
+        "load_avg": [load_start, load_end],
+        "bytes_per_param": {str(k): v for k, v in BYTES_PER_PARAM.items()},
+        "stream": [
+            {"kernel": r.kernel, "threads": r.threads, "n": r.n, "times_s": r.times_s, "gbps": r.gbps}
+            for r in streams.values()
+        ],
+        "floor_gbps": floor_gbps,
+        "rows": [r.to_json(floor_gbps, fused_of(rows, r.case)) for r in rows] if rows else [],
+        "targets": targets(rows),
+        "memory": mem,
+        "memory_failed": mem_failed,
+        "overhead": over_data,
+    }
     print()
     if rows:
         _print_step(rows, streams, floor_gbps, data["targets"])
@@ -171,8 +220,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"load average: start {load_start}, end {load_end}")
     print(f"saved {save_json(os.path.join(out, 'step.json'), data)}")
     if not args.no_chart and rows:
-        title = (f"octopt bench: one optimizer step, {args.threads} thread(s), median of {args.repeats}; "
-                 f"load avg {load_start[0]:.1f}-{load_end[0]:.1f}")
+        title = (
+            f"octopt bench: one optimizer step, {args.threads} thread(s), median of {args.repeats}; "
+            f"load avg {load_start[0]:.1f}-{load_end[0]:.1f}"
+        )
         png = plot_step(rows, floor_gbps, mem, os.path.join(out, "step.png"), title)
         if png:
             print(f"saved {png}")
@@ -187,13 +238,17 @@ def run(args: argparse.Namespace) -> int:
 def _print_step(rows: list[Row], streams: dict, floor_gbps: float, results: list[dict]) -> None:
     for r in streams.values():
         ts = r.times_s
-        print(f"STREAM {r.kernel:<5} {r.n:,} float32 on {r.threads} thread(s): "
-              f"{ms(statistics.median(ts))} ms ({ms(min(ts))}-{ms(max(ts))}), {r.gbps:.1f} GB/s")
-    print(f"bandwidth floor: a row's bytes (fp32 28, 8-bit {BYTES_PER_PARAM[8]:.2f}, 4-bit "
-          f"{BYTES_PER_PARAM[4]:.2f} B/param) / {floor_gbps:.1f} GB/s, the best STREAM figure above;\n"
-          "'of floor' = floor time / median time (= GB/s / floor GB/s); 'x fused': time / torch fused Adam's "
-          "in the same case (lower is better);\n'cpu ms': the process's CPU time per step (all threads, "
-          "median); 'cores' = cpu ms / ms (below --threads: other processes held the cores).")
+        print(
+            f"STREAM {r.kernel:<5} {r.n:,} float32 on {r.threads} thread(s): "
+            f"{ms(statistics.median(ts))} ms ({ms(min(ts))}-{ms(max(ts))}), {r.gbps:.1f} GB/s"
+        )
+    print(
+        f"bandwidth floor: a row's bytes (fp32 28, 8-bit {BYTES_PER_PARAM[8]:.2f}, 4-bit "
+        f"{BYTES_PER_PARAM[4]:.2f} B/param) / {floor_gbps:.1f} GB/s, the best STREAM figure above;\n"
+        "'of floor' = floor time / median time (= GB/s / floor GB/s); 'x fused': time / torch fused Adam's "
+        "in the same case (lower is better);\n'cpu ms': the process's CPU time per step (all threads, "
+        "median); 'cores' = cpu ms / ms (below --threads: other processes held the cores)."
+    )
     print()
     print(step_table(rows, floor_gbps))
     print()
@@ -203,10 +258,12 @@ def _print_step(rows: list[Row], streams: dict, floor_gbps: float, results: list
 
 
 def _print_memory(mem: list[dict], failed: list[str], n: int, steps: int) -> None:
-    print(f"memory: one fresh process per implementation, {n:,} fp32 params in one tensor, peak resident "
-          f"memory over {steps} steps after 2 warm-up steps\n'temporaries' = peak during the steps - RSS "
-          "before them (what a step allocates and touches); 'other' = RSS before - baseline after imports - "
-          "params+grads - state")
+    print(
+        f"memory: one fresh process per implementation, {n:,} fp32 params in one tensor, peak resident "
+        f"memory over {steps} steps after 2 warm-up steps\n'temporaries' = peak during the steps - RSS "
+        "before them (what a step allocates and touches); 'other' = RSS before - baseline after imports - "
+        "params+grads - state"
+    )
     if mem:
         print(memory.memory_table(mem))
     for f in failed:
@@ -215,7 +272,8 @@ def _print_memory(mem: list[dict], failed: list[str], n: int, steps: int) -> Non
 
 
 def main(argv: list[str] | None = None, default_root: str = DEFAULT_ROOT) -> int:
-    p = argparse.ArgumentParser(prog="bench/step.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="bench/step.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_arguments(p, default_root)
     return run(p.parse_args(argv))

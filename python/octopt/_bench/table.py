@@ -13,8 +13,10 @@ def format_table(head: tuple[str, ...], lines: list[tuple[str, ...] | None], lef
     with fewer cells than `head` puts its last cell (e.g. a skip reason) after the others, unpadded."""
     full = [x for x in lines if x is not None and len(x) == len(head)]
     widths = [max(len(head[i]), *(len(x[i]) for x in full)) for i in range(len(head))]
-    out = ["  ".join(h.ljust(w) if i < left else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths))),
-           "  ".join("-" * w for w in widths)]
+    out = [
+        "  ".join(h.ljust(w) if i < left else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths))),
+        "  ".join("-" * w for w in widths),
+    ]
     for x in lines:
         if x is None:
             out.append("")

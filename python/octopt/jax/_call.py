@@ -28,11 +28,13 @@ def ensure_registered(fn: str) -> None:
     if _registered:
         return
     if not _octopt.xla_ffi_built():
-        raise ImportError(f"{fn}: this octopt was built without the XLA FFI handler (jaxlib's headers were not found "
-                          "at build time); reinstall with jaxlib in the build environment, e.g. `pip install jaxlib` "
-                          "then `pip install --no-build-isolation --force-reinstall octopt`, or build with "
-                          "-Ccmake.define.OCTOPT_XLA_FFI_INCLUDE_DIR=$(python -c 'import jax.ffi; "
-                          "print(jax.ffi.include_dir())')")
+        raise ImportError(
+            f"{fn}: this octopt was built without the XLA FFI handler (jaxlib's headers were not found "
+            "at build time); reinstall with jaxlib in the build environment, e.g. `pip install jaxlib` "
+            "then `pip install --no-build-isolation --force-reinstall octopt`, or build with "
+            "-Ccmake.define.OCTOPT_XLA_FFI_INCLUDE_DIR=$(python -c 'import jax.ffi; "
+            "print(jax.ffi.include_dir())')"
+        )
     with _lock:
         if not _registered:
             jax.ffi.register_ffi_target(TARGET, _octopt.xla_ffi_step_cpu(), platform="cpu")
@@ -49,10 +51,15 @@ def check_platform(arrays: list, fn: str) -> None:
         for d in a.devices():
             if d.platform == "cpu" or (d.platform in ("gpu", "cuda") and _octopt.xla_ffi_cuda_built()):
                 continue
-            why = ("octopt was built without CUDA" if d.platform in ("gpu", "cuda") else
-                   f"octopt has no handler for platform '{d.platform}'")
-            raise ValueError(f"{fn}: an array is on {d} but {why}; the step runs on the CPU and, when octopt is "
-                             "built with CUDA and jaxlib's headers, on NVIDIA GPUs (see docs/jax.md)")
+            why = (
+                "octopt was built without CUDA"
+                if d.platform in ("gpu", "cuda")
+                else f"octopt has no handler for platform '{d.platform}'"
+            )
+            raise ValueError(
+                f"{fn}: an array is on {d} but {why}; the step runs on the CPU and, when octopt is "
+                "built with CUDA and jaxlib's headers, on NVIDIA GPUs (see docs/jax.md)"
+            )
 
 
 def _shard_map(f: Any, mesh: Any, in_specs: tuple, out_specs: tuple) -> Any:
@@ -97,17 +104,28 @@ def step_tensors(tensors: list, hp_dynamic: Any, step: Any, attrs: dict, mode: i
         signed += tsg
         streams.append(stream)
     out_specs = tuple(in_specs[i] for i in sources)
-    call_attrs = dict(kind=np.int64(attrs["kind"]), mode=np.int64(mode), hp_static=attrs["hp_static"],
-                      dynamic_mask=np.int64(attrs["dynamic_mask"]), flags=np.int64(attrs["flags"]),
-                      seed=np.int64(attrs["seed"]), block_sizes=np.array(blocks, np.int64),
-                      slot_bits=np.array(bits, np.int64), slot_stochastic=np.array(stochastic, np.int64),
-                      slot_signed=np.array(signed, np.int64), rng_streams=np.array(streams, np.int64))
+    call_attrs = dict(
+        kind=np.int64(attrs["kind"]),
+        mode=np.int64(mode),
+        hp_static=attrs["hp_static"],
+        dynamic_mask=np.int64(attrs["dynamic_mask"]),
+        flags=np.int64(attrs["flags"]),
+        seed=np.int64(attrs["seed"]),
+        block_sizes=np.array(blocks, np.int64),
+        slot_bits=np.array(bits, np.int64),
+        slot_stochastic=np.array(stochastic, np.int64),
+        slot_signed=np.array(signed, np.int64),
+        rng_streams=np.array(streams, np.int64),
+    )
 
     def call(*ops: Any) -> Any:
         results = [jax.ShapeDtypeStruct(ops[i].shape, ops[i].dtype) for i in sources]
         # "sequential": a vmapped step is a loop of exact steps, one per batch element
-        return tuple(jax.ffi.ffi_call(TARGET, results, vmap_method="sequential", input_output_aliases=aliases)(
-            *ops, **call_attrs))
+        return tuple(
+            jax.ffi.ffi_call(TARGET, results, vmap_method="sequential", input_output_aliases=aliases)(
+                *ops, **call_attrs
+            )
+        )
 
     if mesh is None:
         outs = call(*operands)

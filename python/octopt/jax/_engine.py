@@ -49,8 +49,10 @@ def _static_int(v: Any, fn: str, name: str) -> Any:
     if v is None or isinstance(v, bool):
         return v
     if isinstance(v, jax.core.Tracer):
-        raise TypeError(f"{fn}: argument '{name}' is traced; it fixes the state's layout, so it must be static "
-                        f"(with optax.inject_hyperparams pass static_args=('{name}',))")
+        raise TypeError(
+            f"{fn}: argument '{name}' is traced; it fixes the state's layout, so it must be static "
+            f"(with optax.inject_hyperparams pass static_args=('{name}',))"
+        )
     if np.ndim(v) != 0 or float(v) != int(v):
         raise TypeError(f"{fn}: argument '{name}' must be an int, got {v!r}")
     return int(v)
@@ -66,12 +68,17 @@ class Engine:
                 _check_real(v, fn, name, kind)
         self.hp = hp
         self.initial_accumulator_value = hp.pop("initial_accumulator_value", 0.0)
-        opts = {k: _static_int(options.get(k), fn, k) for k in ("bits", "block_size", "min_8bit_size",
-                                                                   "first_moment_bits", "seed")}
+        opts = {
+            k: _static_int(options.get(k), fn, k)
+            for k in ("bits", "block_size", "min_8bit_size", "first_moment_bits", "seed")
+        }
         group = _hparams.defaults(kind)  # the hyper-parameters themselves are checked by _check_real
-        group.update(bits=32 if opts["bits"] is None else opts["bits"], block_size=opts["block_size"],
-                     first_moment_bits=opts["first_moment_bits"],
-                     min_8bit_size=4096 if opts["min_8bit_size"] is None else opts["min_8bit_size"])
+        group.update(
+            bits=32 if opts["bits"] is None else opts["bits"],
+            block_size=opts["block_size"],
+            first_moment_bits=opts["first_moment_bits"],
+            min_8bit_size=4096 if opts["min_8bit_size"] is None else opts["min_8bit_size"],
+        )
         group.update({k: v for k, v in flags.items() if k in ("nesterov", "centered")})
         # momentum decides whether SGD/LARS/RMSprop keep a momentum buffer; a traced value (update under
         # inject_hyperparams) cannot, and the state's layout already says
@@ -90,8 +97,11 @@ class Engine:
             self.flags |= FLAGS["stochastic_state"]
         if options.get("stochastic_bf16"):
             self.flags |= FLAGS["stochastic_bf16"]
-        self.config = (kind, tuple(sorted((k, group[k]) for k in ("bits", "block_size", "min_8bit_size",
-                                                                   "first_moment_bits"))), self.stochastic)
+        self.config = (
+            kind,
+            tuple(sorted((k, group[k]) for k in ("bits", "block_size", "min_8bit_size", "first_moment_bits"))),
+            self.stochastic,
+        )
         self._fused = None
 
     # -- init -----------------------------------------------------------------------------------
@@ -108,13 +118,26 @@ class Engine:
             block_size, specs = _layout.layout_slots(self.kind, self.group, math.prod(p.shape), fn)
             mesh, pspec, axes = leaf_sharding(p)
             if mesh is not None and self.kind in ("lamb", "lars"):
-                raise ValueError(f"{fn}: argument '{arg}' is sharded, but {self.kind}'s trust ratio needs the whole "
-                                 "tensor's norm; replicate it")
+                raise ValueError(
+                    f"{fn}: argument '{arg}' is sharded, but {self.kind}'s trust ratio needs the whole "
+                    "tensor's norm; replicate it"
+                )
             layout = LeafLayout(tuple(p.shape), block_size, tuple(specs), mesh, pspec, axes)
             check_divisible(layout, fn, arg)
             layouts.append(layout)
-            slot_trees.append([init_slot(layout, s, _layout.initial_value(
-                self.kind, s, {"initial_accumulator_value": float(self.initial_accumulator_value)}), p) for s in specs])
+            slot_trees.append(
+                [
+                    init_slot(
+                        layout,
+                        s,
+                        _layout.initial_value(
+                            self.kind, s, {"initial_accumulator_value": float(self.initial_accumulator_value)}
+                        ),
+                        p,
+                    )
+                    for s in specs
+                ]
+            )
         treedef = jax.tree_util.tree_structure(params)
         slots = {name: treedef.unflatten([t[k] for t in slot_trees]) for k, name in enumerate(names)}
         return OctoptState(jnp.zeros([], jnp.int32), slots, StateLayout(self.config, names, tuple(layouts)))
@@ -128,8 +151,9 @@ class Engine:
 
     def fused_step(self, params: Any, grads: Any, state: OctoptState) -> tuple[Any, OctoptState]:
         if self._fused is None:
-            self._fused = jax.jit(lambda p, g, s: self._apply(p, g, s, PARAMS, f"{self.fn}.step", "grads"),
-                                  donate_argnums=(0, 2))
+            self._fused = jax.jit(
+                lambda p, g, s: self._apply(p, g, s, PARAMS, f"{self.fn}.step", "grads"), donate_argnums=(0, 2)
+            )
         return self._fused(params, grads, state)
 
     def _hp_operands(self, count: Any) -> tuple[Any, np.ndarray, int]:
@@ -160,8 +184,14 @@ class Engine:
         slot_leaves = [treedef.flatten_up_to(state.slots[name]) for name in layout.slot_names]
         step_no = state.count + 1
         hp_dynamic, hp_static, mask = self._hp_operands(state.count)
-        attrs = dict(kind=_octopt.xla_ffi_kind(self.kind), hp_static=hp_static, dynamic_mask=mask, flags=self.flags,
-                     seed=self.seed, stochastic=self.stochastic is None)
+        attrs = dict(
+            kind=_octopt.xla_ffi_kind(self.kind),
+            hp_static=hp_static,
+            dynamic_mask=mask,
+            flags=self.flags,
+            seed=self.seed,
+            stochastic=self.stochastic is None,
+        )
         calls: dict = {}  # one FFI call per mesh (unsharded parameters: None), over all its parameters
         for i, ((path, p), g, lay) in enumerate(zip(p_leaves, g_leaves, layout.leaves)):
             where = jax.tree_util.keystr(path)
@@ -176,8 +206,9 @@ class Engine:
                 done[i] = result
         outs = [d[0] for d in done]
         new_slots = [[d[1][k] for d in done] for k in range(len(layout.slot_names))]
-        new_state = OctoptState(step_no, {name: treedef.unflatten(s) for name, s in zip(layout.slot_names, new_slots)},
-                                layout)
+        new_state = OctoptState(
+            step_no, {name: treedef.unflatten(s) for name, s in zip(layout.slot_names, new_slots)}, layout
+        )
         return treedef.unflatten(outs), new_state
 
 
@@ -203,20 +234,25 @@ def _check_grad(p: Any, g: Any, lay: LeafLayout, fn: str, arg: str, parg: str) -
 
 def _check_state(state: Any, config: tuple, treedef: Any, n: int, fn: str) -> StateLayout:
     if not isinstance(state, OctoptState) or not isinstance(state.layout, StateLayout):
-        raise TypeError(f"{fn}: argument 'state' must be the OctoptState this transformation's init returned, got "
-                        f"{type(state).__name__}")
+        raise TypeError(
+            f"{fn}: argument 'state' must be the OctoptState this transformation's init returned, got "
+            f"{type(state).__name__}"
+        )
     layout = state.layout
     if layout.config != config:
-        raise ValueError(f"{fn}: argument 'state' was made by another configuration ({layout.config}) than this "
-                         f"transformation's ({config})")
+        raise ValueError(
+            f"{fn}: argument 'state' was made by another configuration ({layout.config}) than this "
+            f"transformation's ({config})"
+        )
     if len(layout.leaves) != n or set(state.slots) != set(layout.slot_names):
         raise ValueError(f"{fn}: argument 'state' holds {len(layout.leaves)} parameters but 'params' has {n}")
     for name in layout.slot_names:
         try:
             treedef.flatten_up_to(state.slots[name])
         except (ValueError, TypeError) as e:
-            raise ValueError(f"{fn}: argument 'state' does not have the tree structure of 'params' "
-                             f"(slot '{name}'): {e}") from None
+            raise ValueError(
+                f"{fn}: argument 'state' does not have the tree structure of 'params' (slot '{name}'): {e}"
+            ) from None
     return layout
 
 
@@ -224,8 +260,13 @@ def _check_slots(slots: list, lay: LeafLayout, fn: str, where: str) -> None:
     for spec, st in zip(lay.specs, slots):
         data_shape, absmax_shape = lay.slot_shapes(spec)
         dtype = jnp.float32 if spec.bits == 32 else jnp.uint8
-        if tuple(st.data.shape) != data_shape or jnp.dtype(st.data.dtype) != dtype or (
-                spec.bits != 32 and tuple(st.absmax.shape) != absmax_shape):
-            raise ValueError(f"{fn}: argument 'state' slot '{spec.name}' of 'params{where}' has "
-                             f"{st.data.dtype}{list(st.data.shape)} but this configuration needs "
-                             f"{jnp.dtype(dtype).name}{list(data_shape)} (absmax {list(absmax_shape)})")
+        if (
+            tuple(st.data.shape) != data_shape
+            or jnp.dtype(st.data.dtype) != dtype
+            or (spec.bits != 32 and tuple(st.absmax.shape) != absmax_shape)
+        ):
+            raise ValueError(
+                f"{fn}: argument 'state' slot '{spec.name}' of 'params{where}' has "
+                f"{st.data.dtype}{list(st.data.shape)} but this configuration needs "
+                f"{jnp.dtype(dtype).name}{list(data_shape)} (absmax {list(absmax_shape)})"
+            )

@@ -105,8 +105,9 @@ def check_divisible(layout: LeafLayout, fn: str, arg: str) -> None:
         return
     for d, e in zip(layout.shape, layout.pspec):
         if d % _split(layout.mesh, e):
-            raise ValueError(f"{fn}: argument '{arg}' of shape {layout.shape} does not split evenly over its "
-                             f"sharding {layout.pspec}")
+            raise ValueError(
+                f"{fn}: argument '{arg}' of shape {layout.shape} does not split evenly over its sharding {layout.pspec}"
+            )
 
 
 def _device(layout: LeafLayout, pspec: Any, like: Any) -> Any:
@@ -129,11 +130,15 @@ def init_slot(layout: LeafLayout, spec: _layout.SlotSpec, init: float, like: Any
     data_spec, absmax_spec = layout.shardings(spec)
     data_dev, absmax_dev = _device(layout, data_spec, like), _device(layout, absmax_spec, like)
     if spec.bits == 32:
-        return SlotState(jnp.full(data_shape, init, jnp.float32, device=data_dev),
-                         jnp.zeros(absmax_shape, jnp.float32, device=absmax_dev))
+        return SlotState(
+            jnp.full(data_shape, init, jnp.float32, device=data_dev),
+            jnp.zeros(absmax_shape, jnp.float32, device=absmax_dev),
+        )
     code, absmax = _layout.initial_fill(spec, init)
-    return SlotState(jnp.full(data_shape, code, jnp.uint8, device=data_dev),
-                     jnp.full(absmax_shape, absmax, jnp.float32, device=absmax_dev))
+    return SlotState(
+        jnp.full(data_shape, code, jnp.uint8, device=data_dev),
+        jnp.full(absmax_shape, absmax, jnp.float32, device=absmax_dev),
+    )
 
 
 def _register_flax() -> None:
@@ -144,8 +149,9 @@ def _register_flax() -> None:
         return
     from flax import serialization
 
-    serialization.register_serialization_state(StateLayout, lambda layout: {}, lambda target, state: target,
-                                               override=True)
+    serialization.register_serialization_state(
+        StateLayout, lambda layout: {}, lambda target, state: target, override=True
+    )
 
 
 _register_flax()

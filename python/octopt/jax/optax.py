@@ -30,8 +30,9 @@ def step(tx: Transformation, params: Any, grads: Any, state: OctoptState) -> tup
     parameters are written over the old buffers (which must not be used afterwards), bit for bit as
     the NumPy path ``octopt.Optimizer.step`` writes them."""
     if not isinstance(tx, Transformation):
-        raise TypeError(f"octopt.optax.step: argument 'tx' must be an octopt.optax transformation, got "
-                        f"{type(tx).__name__}")
+        raise TypeError(
+            f"octopt.optax.step: argument 'tx' must be an octopt.optax transformation, got {type(tx).__name__}"
+        )
     return tx.step(params, grads, state)
 
 
@@ -40,10 +41,18 @@ def _make(kind: str, fn: str, hp: dict, flags: dict, options: dict) -> Transform
     return Transformation(engine.init, engine.update)
 
 
-def _layout_options(bits, block_size, min_8bit_size, first_moment_bits, seed, stochastic_rounding,
-                    stochastic_bf16) -> dict:
-    return dict(bits=bits, block_size=block_size, min_8bit_size=min_8bit_size, first_moment_bits=first_moment_bits,
-                seed=seed, stochastic_rounding=stochastic_rounding, stochastic_bf16=stochastic_bf16)
+def _layout_options(
+    bits, block_size, min_8bit_size, first_moment_bits, seed, stochastic_rounding, stochastic_bf16
+) -> dict:
+    return dict(
+        bits=bits,
+        block_size=block_size,
+        min_8bit_size=min_8bit_size,
+        first_moment_bits=first_moment_bits,
+        seed=seed,
+        stochastic_rounding=stochastic_rounding,
+        stochastic_bf16=stochastic_bf16,
+    )
 
 
 _OPTIONS_DOC = """
@@ -56,8 +65,15 @@ _OPTIONS_DOC = """
 Number = Any
 Schedule = Callable[[Any], Any]
 _P = inspect.Parameter
-_LAYOUT_DEFAULTS = dict(bits=None, block_size=None, min_8bit_size=None, first_moment_bits=None, seed=None,
-                        stochastic_rounding=None, stochastic_bf16=False)
+_LAYOUT_DEFAULTS = dict(
+    bits=None,
+    block_size=None,
+    min_8bit_size=None,
+    first_moment_bits=None,
+    seed=None,
+    stochastic_rounding=None,
+    stochastic_bf16=False,
+)
 _OPTAX_NAME = {h["key"]: h["optax_key"] for h in _hparams.HPARAMS}
 _FLAGS = {h["key"] for h in _hparams.HPARAMS if h["type"] == "flag"}
 
@@ -80,7 +96,8 @@ def _transform(entry: dict) -> Callable:
         [_P(n, _P.POSITIONAL_OR_KEYWORD, default=d) for n, d in names]
         + [_P("maximize", _P.KEYWORD_ONLY, default=False)]
         + [_P(k, _P.KEYWORD_ONLY, default=v) for k, v in _LAYOUT_DEFAULTS.items()],
-        return_annotation=Transformation)
+        return_annotation=Transformation,
+    )
 
     def factory(*args: Any, **kwargs: Any) -> Transformation:
         try:
@@ -107,8 +124,10 @@ def _eight_bit(generic: Callable) -> Callable:
 
     def factory(*args: Any, **kwargs: Any) -> Transformation:
         if "bits" in kwargs:
-            raise TypeError(f"octopt.optax.{generic.__name__}8bit: unexpected argument 'bits' (use "
-                            f"octopt.optax.{generic.__name__}(bits=...))")
+            raise TypeError(
+                f"octopt.optax.{generic.__name__}8bit: unexpected argument 'bits' (use "
+                f"octopt.optax.{generic.__name__}(bits=...))"
+            )
         tx = generic(*args, bits=8, **kwargs)
         return tx
 
@@ -121,5 +140,11 @@ def _eight_bit(generic: Callable) -> Callable:
 _GENERIC = {e["name"]: _transform(e) for e in _hparams.TABLE.values()}
 globals().update(_GENERIC)
 globals().update({f"{name}8bit": _eight_bit(f) for name, f in _GENERIC.items()})
-__all__ = ["OctoptState", "SlotState", "Transformation", "step", *sorted(_GENERIC),
-           *sorted(f"{name}8bit" for name in _GENERIC)]
+__all__ = [
+    "OctoptState",
+    "SlotState",
+    "Transformation",
+    "step",
+    *sorted(_GENERIC),
+    *sorted(f"{name}8bit" for name in _GENERIC),
+]

@@ -79,9 +79,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                 raise TypeError(f"{fn}: unexpected argument '{key}'")
         _arrays.check_int(core_opts.get("seed", 0), fn, "seed", 0, 2**64 - 1)
         if not 0.0 <= float(core_opts.get("percentile", 0.0)) <= 100.0:
-            raise ValueError(
-                f"{fn}: argument 'percentile' must be in [0, 100], got {core_opts['percentile']}"
-            )
+            raise ValueError(f"{fn}: argument 'percentile' must be in [0, 100], got {core_opts['percentile']}")
         defaults = dict(defaults)
         defaults.update(
             bits=self._default_bits if bits is None else bits,
@@ -112,9 +110,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         try:
-            self._attach(
-                group, fn if isinstance(getattr(self, "state", None), _StateView) else type(self).__name__
-            )
+            self._attach(group, fn if isinstance(getattr(self, "state", None), _StateView) else type(self).__name__)
         except BaseException:
             self.param_groups.pop()
             raise

@@ -41,8 +41,11 @@ def _make(entry: dict) -> type:
 
     __init__.__signature__ = sig  # type: ignore[attr-defined]
     doc = f"{entry['summary']}\n\nArguments: params, {', '.join(positional)}; keyword-only: maximize."
-    return type(entry["class_name"], (TorchOptimizer,),
-                {"_core_base": core, "__init__": __init__, "__doc__": doc, "__module__": "octopt.torch"})
+    return type(
+        entry["class_name"],
+        (TorchOptimizer,),
+        {"_core_base": core, "__init__": __init__, "__doc__": doc, "__module__": "octopt.torch"},
+    )
 
 
 def _eight_bit(base: type) -> type:

@@ -67,9 +67,7 @@ def _check_values(options: dict, fn: str) -> None:
     if isinstance(bits, bool) or bits not in (32, 8, 4):
         raise ValueError(f"{fn}: option 'bits' must be 32, 8 or 4, got {bits!r}")
     bs = options.get("block_size")
-    if bs is not None and (
-        isinstance(bs, bool) or not isinstance(bs, int) or bs < 32 or bs > 4096 or bs & (bs - 1)
-    ):
+    if bs is not None and (isinstance(bs, bool) or not isinstance(bs, int) or bs < 32 or bs > 4096 or bs & (bs - 1)):
         raise ValueError(f"{fn}: option 'block_size' must be a power of two in [32, 4096], got {bs!r}")
     m8 = options.get("min_8bit_size", 0)
     if isinstance(m8, bool) or not isinstance(m8, int) or m8 < 0:

@@ -103,25 +103,21 @@ def load_state_dict(opt: Any, sd: Any) -> None:
     saved_groups = sd["param_groups"]
     if len(saved_groups) != len(opt.param_groups):
         raise ValueError(
-            f"{fn}: the state has {len(saved_groups)} param groups but this optimizer has "
-            f"{len(opt.param_groups)}"
+            f"{fn}: the state has {len(saved_groups)} param groups but this optimizer has {len(opt.param_groups)}"
         )
     for gi, (h, g) in enumerate(zip(saved_groups, opt.param_groups)):
         if not isinstance(h, dict) or not isinstance(h.get("params"), (list, tuple)):
             raise TypeError(f"{fn}: param group {gi} of the state is not a dict with a 'params' list")
         if len(h["params"]) != len(g["params"]):
             raise ValueError(
-                f"{fn}: param group {gi} has {len(h['params'])} parameters in the state but "
-                f"{len(g['params'])} here"
+                f"{fn}: param group {gi} has {len(h['params'])} parameters in the state but {len(g['params'])} here"
             )
     core = opt._core
     pending: list[tuple[torch.Tensor, torch.Tensor]] = []
     steps: list[tuple[_TensorState, int]] = []
     mus = [1.0] * (0 if core is None else len(core.tensors))  # NAdam: a missing entry starts afresh
     any_bnb = False
-    for i, (saved_id, p) in enumerate(
-        zip(chain.from_iterable(h["params"] for h in saved_groups), opt._param_list())
-    ):
+    for i, (saved_id, p) in enumerate(zip(chain.from_iterable(h["params"] for h in saved_groups), opt._param_list())):
         t = opt._tensors[id(p)]
         where = f"{fn}: the state of parameter {i}"
         entry = sd["state"].get(saved_id)
@@ -135,11 +131,7 @@ def load_state_dict(opt: Any, sd: Any) -> None:
             any_bnb = True
             pending += _from_bnb(core, t, entry, kind, where)
         else:
-            lay = (
-                meta["layout"].get(saved_id)
-                if meta is not None and isinstance(meta.get("layout"), dict)
-                else None
-            )
+            lay = meta["layout"].get(saved_id) if meta is not None and isinstance(meta.get("layout"), dict) else None
             pending += _from_native(core, t, entry, lay, where)
         steps.append((t, _step(entry.get("step"), where)))
         if kind == "nadam":
@@ -182,11 +174,7 @@ def _merged_groups(opt: Any, saved_groups: list, from_bnb: bool, fn: str) -> lis
     for gi, (h, g) in enumerate(zip(saved_groups, opt.param_groups)):
         new = {k: v for k, v in g.items() if k != "params"}
         new.update(
-            {
-                k: (tuple(v) if k == "betas" and isinstance(v, list) else v)
-                for k, v in h.items()
-                if k not in skip
-            }
+            {k: (tuple(v) if k == "betas" and isinstance(v, list) else v) for k, v in h.items() if k not in skip}
         )
         for cgi, ov in opt._links[gi]:
             m = dict(opt._core_defaults)
@@ -214,12 +202,7 @@ def _step(v: Any, where: str) -> int:
         if v.numel() != 1:
             raise ValueError(f"{where} has a 'step' tensor of {v.numel()} elements; expected one")
         v = v.item()
-    if (
-        isinstance(v, bool)
-        or not isinstance(v, (int, float, np.integer, np.floating))
-        or v < 0
-        or v != int(v)
-    ):
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or v < 0 or v != int(v):
         raise ValueError(f"{where} has a bad 'step' {v!r}; expected a non-negative whole number")
     return int(v)
 
@@ -291,9 +274,7 @@ def _infer_quantized(n: int, n_codes: int, n_blocks: int, spec: Any, where: str)
     raise ValueError(f"{where}: '{spec.name}_absmax' has {n_blocks} blocks, which fits no block size")
 
 
-def _into(
-    core: Any, t: _TensorState, spec: Any, values: torch.Tensor, quant: tuple | None, where: str
-) -> list:
+def _into(core: Any, t: _TensorState, spec: Any, values: torch.Tensor, quant: tuple | None, where: str) -> list:
     """Copies that put a source state (float values, or codes with (absmax, bits, block_size, map)) into
     slot `spec` of t, converting through float32 when the layouts differ."""
     n = t.info.size
@@ -319,8 +300,7 @@ def _into(
         values = dequantize_blockwise(codes, am, q, block_size, bits, shape=(n,))
     if not values.is_floating_point() or values.numel() != n:
         raise ValueError(
-            f"{where}: '{spec.name}' must hold {n} floating-point values, got {values.numel()} of "
-            f"{values.dtype}"
+            f"{where}: '{spec.name}' must hold {n} floating-point values, got {values.numel()} of {values.dtype}"
         )
     if spec.bits == 32:
         return [(data, values.reshape(-1))]
@@ -372,8 +352,7 @@ def _from_bnb(core: Any, t: _TensorState, entry: dict, kind: str, where: str) ->
         block_size = next((bs for bs in (256, 2048) if -(-n // bs) == absmax.numel()), None)
         if block_size is None:
             raise ValueError(
-                f"{where}: 'absmax{k}' has {absmax.numel()} blocks; bitsandbytes' block size 256 gives "
-                f"{-(-n // 256)}"
+                f"{where}: 'absmax{k}' has {absmax.numel()} blocks; bitsandbytes' block size 256 gives {-(-n // 256)}"
             )
         out += _into(core, t, spec, v, (absmax, 8, block_size, q), where)
     return out

@@ -20,11 +20,14 @@ def build():
     """(optimizer, params, gradient generator) of the fixture's run, before any step."""
     import octopt
 
-    params = [np.linspace(-1, 1, 4097, dtype=np.float32).reshape(17, 241),  # 8-bit state, ragged last block
-              np.linspace(0, 1, 300, dtype=np.float32),  # below min_8bit_size: 32-bit state
-              np.linspace(1, -1, 8192, dtype=np.float32)]  # 4-bit group
-    opt = octopt.Adam([{"params": params[:2]}, {"params": params[2:], "bits": 4, "lr": 5e-3}], lr=1e-2,
-                      weight_decay=0.01, bits=8)
+    params = [
+        np.linspace(-1, 1, 4097, dtype=np.float32).reshape(17, 241),  # 8-bit state, ragged last block
+        np.linspace(0, 1, 300, dtype=np.float32),  # below min_8bit_size: 32-bit state
+        np.linspace(1, -1, 8192, dtype=np.float32),
+    ]  # 4-bit group
+    opt = octopt.Adam(
+        [{"params": params[:2]}, {"params": params[2:], "bits": 4, "lr": 5e-3}], lr=1e-2, weight_decay=0.01, bits=8
+    )
     return opt, params
 
 

@@ -19,7 +19,7 @@ FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "state_file_v
 
 METADATA = {
     "octopt.step": "3",
-    "note": "fixture v1 \u2014 \"quoted\", tab\tand newline\n",
+    "note": 'fixture v1 \u2014 "quoted", tab\tand newline\n',
 }
 
 
@@ -32,8 +32,15 @@ def expected() -> list[tuple[str, np.ndarray, str]]:
     step = np.array(3, dtype=np.int64)
     empty = np.zeros((0, 4), dtype=np.float16)
     flags = np.array([True, False, True])
-    return [("m", m, "F32"), ("codes", codes, "U8"), ("absmax", absmax, "F32"), ("p_bf16", bf16, "BF16"),
-            ("step", step, "I64"), ("empty", empty, "F16"), ("flags", flags, "BOOL")]
+    return [
+        ("m", m, "F32"),
+        ("codes", codes, "U8"),
+        ("absmax", absmax, "F32"),
+        ("p_bf16", bf16, "BF16"),
+        ("step", step, "I64"),
+        ("empty", empty, "F16"),
+        ("flags", flags, "BOOL"),
+    ]
 
 
 def write(path: str) -> None:

@@ -57,8 +57,10 @@ def build(header: dict, data: bytes, *, fix_checksums: bool = True) -> bytes:
     header = dict(header)
     meta = header.get("__metadata__")
     if fix_checksums and isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values()):
-        tensors = sorted(((k, v) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)),
-                         key=lambda kv: _sort_key(kv[1]))
+        tensors = sorted(
+            ((k, v) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)),
+            key=lambda kv: _sort_key(kv[1]),
+        )
         crcs = {"__header__": f"{header_checksum(meta, tensors):08x}"}
         for name, e in tensors:
             b, end = _sort_key(e)
@@ -79,7 +81,7 @@ def split(blob: bytes) -> tuple[dict, bytes] | None:
     if n > len(blob) - 8:
         return None
     try:
-        header = json.loads(blob[8:8 + n])
+        header = json.loads(blob[8 : 8 + n])
     except (ValueError, UnicodeDecodeError):
         return None
-    return (header, blob[8 + n:]) if isinstance(header, dict) else None
+    return (header, blob[8 + n :]) if isinstance(header, dict) else None

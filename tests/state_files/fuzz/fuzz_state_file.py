@@ -88,8 +88,10 @@ class Target:
             error = e
         report = json.loads(_octopt.inspect_state_file(self.path))  # raises only OSError
         if report["valid"] != (error is None):
-            raise FuzzBug(f"inspect says valid={report['valid']} (error {report['error']!r}) but load "
-                          f"{'raised ' + type(error).__name__ + ': ' + str(error) if error else 'succeeded'}")
+            raise FuzzBug(
+                f"inspect says valid={report['valid']} (error {report['error']!r}) but load "
+                f"{'raised ' + type(error).__name__ + ': ' + str(error) if error else 'succeeded'}"
+            )
         if error is not None:
             if not isinstance(error, octopt.StateFileError):
                 raise FuzzBug(f"load raised {type(error).__name__}, not StateFileError: {error}")
@@ -128,15 +130,85 @@ def _opt_state(opt) -> list:
 
 # -- mutations ------------------------------------------------------------------------------------
 
-INTERESTING_INTS = [0, 1, 2, 7, 8, 255, 256, 1023, 1024, 1025, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**53 + 1,
-                    2**62, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -1, -(2**63), 10**30]
+INTERESTING_INTS = [
+    0,
+    1,
+    2,
+    7,
+    8,
+    255,
+    256,
+    1023,
+    1024,
+    1025,
+    2**31 - 1,
+    2**31,
+    2**32 - 1,
+    2**32,
+    2**53 + 1,
+    2**62,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+    2**64,
+    -1,
+    -(2**63),
+    10**30,
+]
 INTERESTING_VALUES = INTERESTING_INTS + [0.5, -0.0, 1e308, "", "3", None, True, [], {}, [1, 2], {"a": 1}]
-INTERESTING_STRINGS = ["", "__x", "__metadata__", "__header__", "a" * 1025, "\ud800", "é", "\u0000", "x.y",
-                       "octopt.format", "octopt.crc32c", "octopt.format_version", "0" * 8, "ffffffff"]
-DTYPES = ["F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL", "F8", "f32",
-          "", "C64"]
-BYTE_VALUES = [0x00, 0x01, 0x7F, 0x80, 0xFF, ord("{"), ord("}"), ord('"'), ord("\\"), ord(","), ord(":"),
-               ord("0"), ord("9"), ord("-"), ord(" "), ord("[")]
+INTERESTING_STRINGS = [
+    "",
+    "__x",
+    "__metadata__",
+    "__header__",
+    "a" * 1025,
+    "\ud800",
+    "é",
+    "\u0000",
+    "x.y",
+    "octopt.format",
+    "octopt.crc32c",
+    "octopt.format_version",
+    "0" * 8,
+    "ffffffff",
+]
+DTYPES = [
+    "F64",
+    "F32",
+    "F16",
+    "BF16",
+    "I64",
+    "I32",
+    "I16",
+    "I8",
+    "U64",
+    "U32",
+    "U16",
+    "U8",
+    "BOOL",
+    "F8",
+    "f32",
+    "",
+    "C64",
+]
+BYTE_VALUES = [
+    0x00,
+    0x01,
+    0x7F,
+    0x80,
+    0xFF,
+    ord("{"),
+    ord("}"),
+    ord('"'),
+    ord("\\"),
+    ord(","),
+    ord(":"),
+    ord("0"),
+    ord("9"),
+    ord("-"),
+    ord(" "),
+    ord("["),
+]
 
 
 def _pick_int(r: random.Random) -> int:
@@ -157,20 +229,33 @@ def _mutate_bytes(data: bytes, r: random.Random, other: bytes) -> bytes:
             b[at:at] = bytes(r.randrange(256) for _ in range(r.randrange(1, 9)))
         elif op == 3 and n:
             at = r.randrange(n)
-            del b[at:at + r.randrange(1, 64)]
+            del b[at : at + r.randrange(1, 64)]
         elif op == 4 and n:
-            del b[r.randrange(n + 1):]
+            del b[r.randrange(n + 1) :]
         elif op == 5 and n:
             at, ln = r.randrange(n), r.randrange(1, 32)
-            b[at:at] = b[at:at + ln]
+            b[at:at] = b[at : at + ln]
         elif op == 6:  # the header length
-            v = r.choice((0, 1, 2, 7, len(b) - 8, len(b) - 7, len(b), 2**63, 2**64 - 1, 100_000_001,
-                          int.from_bytes(b[:8], "little") + r.choice((-8, -1, 1, 8))))
+            v = r.choice(
+                (
+                    0,
+                    1,
+                    2,
+                    7,
+                    len(b) - 8,
+                    len(b) - 7,
+                    len(b),
+                    2**63,
+                    2**64 - 1,
+                    100_000_001,
+                    int.from_bytes(b[:8], "little") + r.choice((-8, -1, 1, 8)),
+                )
+            )
             b[:8] = (v & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little")
         elif op == 7 and other:  # splice
             at = r.randrange(n + 1)
             o = r.randrange(len(other))
-            b[at:] = other[o:o + r.randrange(1, 4096)]
+            b[at:] = other[o : o + r.randrange(1, 4096)]
         elif op == 8:  # a run of digits in the header
             end = min(len(b), 8 + int.from_bytes(b[:8], "little") if len(b) >= 8 else 0)
             digits = [k for k in range(8, end) if 48 <= b[k] <= 57]
@@ -246,8 +331,11 @@ def _mutate_structure(data: bytes, r: random.Random) -> bytes | None:
     elif op == 5:  # an empty tensor somewhere in the data order
         end = len(body)
         at = r.choice((0, end, r.randrange(end + 1)))
-        header[r.choice(("z", "zz", "\u00e9"))] = {"dtype": r.choice(DTYPES), "shape": [0] + [_pick_int(r)],
-                                                  "data_offsets": [at, at]}
+        header[r.choice(("z", "zz", "\u00e9"))] = {
+            "dtype": r.choice(DTYPES),
+            "shape": [0] + [_pick_int(r)],
+            "data_offsets": [at, at],
+        }
     else:  # metadata: octopt's keys, the optimizer's JSON documents
         meta = header.get("__metadata__")
         if not isinstance(meta, dict):
@@ -259,8 +347,7 @@ def _mutate_structure(data: bytes, r: random.Random) -> bytes | None:
             if isinstance(value, str) and value[:1] in "[{" and r.random() < 0.8:
                 try:
                     doc = json.loads(value)
-                    meta[key] = json.dumps(_mutate_value(doc, r) if r.random() < 0.5 else
-                                           _mutate_deep(doc, r))
+                    meta[key] = json.dumps(_mutate_value(doc, r) if r.random() < 0.5 else _mutate_deep(doc, r))
                 except ValueError:
                     meta[key] = r.choice(INTERESTING_STRINGS)
             elif r.random() < 0.2:
@@ -357,7 +444,7 @@ def main(argv: list[str]) -> int:
         r = random.Random(seed)
         if r.random() < 0.3:
             return atheris.Mutate(data, max_size)
-        return mutate(data, r, corpus)[:max(max_size, 8)]
+        return mutate(data, r, corpus)[: max(max_size, 8)]
 
     atheris.Setup(argv, test_one_input, custom_mutator=custom_mutator)
     atheris.Fuzz()

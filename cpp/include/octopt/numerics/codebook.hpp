@@ -14,8 +14,8 @@ struct Codebook {
   float thresholds[256];  // thresholds[k]: smallest float strictly above the exact midpoint of values[k], values[k+1]
                           // (when values[k] == values[k+1]: thresholds[k+1], so ties keep the lower index)
   std::int32_t size;      // 2^bits entries in use (16 or 256)
-  std::int32_t first_nonneg;  // first index with values[i] >= 0, or size if none
-  std::int32_t last_nonpos;   // index of the largest value <= 0 (the first of equal ones), or -1 if none
+  std::int32_t first_nonneg;      // first index with values[i] >= 0, or size if none
+  std::int32_t last_nonpos;       // index of the largest value <= 0 (the first of equal ones), or -1 if none
   std::int32_t zero_lo, zero_hi;  // indices of the entries equal to 0 (zero_lo > zero_hi if none)
   // >= 0: a positive value never gets a zero code but this one (the first positive entry). Set for
   // second-moment states: a v quantized to zero beside a nonzero m makes the step m / eps (the

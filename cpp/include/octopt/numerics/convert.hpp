@@ -34,7 +34,7 @@ OCTOPT_HD float bf16_to_f32(std::uint16_t h) { return bits_f32(std::uint32_t(h) 
 OCTOPT_HD std::uint16_t f32_to_bf16(float f) {
   std::uint32_t u = f32_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x40u);  // keep NaN a (quiet) NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
+  u += 0x7fffu + ((u >> 16) & 1u);                                               // round to nearest, ties to even
   return std::uint16_t(u >> 16);
 }
 
@@ -71,16 +71,22 @@ OCTOPT_HD std::uint16_t f32_to_f16(float f) {
 
 template <DType D>
 OCTOPT_HD float load_f32(const void* p, std::int64_t i) {
-  if constexpr (D == DType::f32) return static_cast<const float*>(p)[i];
-  else if constexpr (D == DType::f16) return f16_to_f32(static_cast<const std::uint16_t*>(p)[i]);
-  else return bf16_to_f32(static_cast<const std::uint16_t*>(p)[i]);
+  if constexpr (D == DType::f32)
+    return static_cast<const float*>(p)[i];
+  else if constexpr (D == DType::f16)
+    return f16_to_f32(static_cast<const std::uint16_t*>(p)[i]);
+  else
+    return bf16_to_f32(static_cast<const std::uint16_t*>(p)[i]);
 }
 
 template <DType D>
 OCTOPT_HD void store_f32(void* p, std::int64_t i, float v) {
-  if constexpr (D == DType::f32) static_cast<float*>(p)[i] = v;
-  else if constexpr (D == DType::f16) static_cast<std::uint16_t*>(p)[i] = f32_to_f16(v);
-  else static_cast<std::uint16_t*>(p)[i] = f32_to_bf16(v);
+  if constexpr (D == DType::f32)
+    static_cast<float*>(p)[i] = v;
+  else if constexpr (D == DType::f16)
+    static_cast<std::uint16_t*>(p)[i] = f32_to_f16(v);
+  else
+    static_cast<std::uint16_t*>(p)[i] = f32_to_bf16(v);
 }
 
 }  // namespace octopt

@@ -26,8 +26,10 @@ OCTOPT_HD HyperParams hparams_from_array(const double* hp, long long flags) {
   int real = 0, flag = 0;
   for (int k = 0; k < kNumHParams; ++k) {
     const HParam id = HParam(k);
-    if (hparam_is_flag(id)) set_hparam(h, id, double((flags >> flag++) & 1));
-    else set_hparam(h, id, hp[real++]);
+    if (hparam_is_flag(id))
+      set_hparam(h, id, double((flags >> flag++) & 1));
+    else
+      set_hparam(h, id, hp[real++]);
   }
   return h;
 }

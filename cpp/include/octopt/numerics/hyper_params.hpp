@@ -24,8 +24,8 @@ struct HyperParams {
   bool nesterov = false;
   double alpha = 0.99;  // RMSprop smoothing; AdEMAMix mixing weight
   bool centered = false;
-  double lr_decay = 0.0;  // Adagrad
-  double eta = 1e-3;      // LARS trust coefficient
+  double lr_decay = 0.0;                // Adagrad
+  double eta = 1e-3;                    // LARS trust coefficient
   double t_alpha = 0.0, t_beta3 = 0.0;  // AdEMAMix warm-up lengths in steps (0: none)
   bool bias_correction = true;          // LAMB
   bool maximize = false;
@@ -81,8 +81,10 @@ OCTOPT_HD SlotScalars scalars_for_step(OptimKind kind, const HyperParams& hp, st
   s.rect = 1.0f;
   if (kind == OptimKind::radam || kind == OptimKind::nadam) {
     // one of the two decays is a no-op: g + 0 p, p * 1
-    if (hp.decoupled_weight_decay) s.weight_decay = 0.0f;
-    else s.decay = 1.0f;
+    if (hp.decoupled_weight_decay)
+      s.weight_decay = 0.0f;
+    else
+      s.decay = 1.0f;
   }
   if (kind == OptimKind::radam) {
     const Rectification r = radam_rectification(hp.beta2, t);

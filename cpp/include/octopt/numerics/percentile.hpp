@@ -58,9 +58,12 @@ OCTOPT_HD std::uint32_t select_magnitude(std::uint32_t* keys, int len, int k) {
         --j;
       }
     }
-    if (k <= j) hi = j;
-    else if (k >= i) lo = i;
-    else return keys[k];  // between the partitions: equal to the pivot
+    if (k <= j)
+      hi = j;
+    else if (k >= i)
+      lo = i;
+    else
+      return keys[k];  // between the partitions: equal to the pivot
   }
   return keys[k];
 }

@@ -43,7 +43,8 @@ OCTOPT_HD float nadam_advance(float mu_product, double mu) { return mu_product *
 OCTOPT_HD float nadam_mu_product_after(double beta1, double momentum_decay, std::int64_t steps, float from = 1.0f,
                                        std::int64_t from_steps = 0) {
   float mp = from;
-  for (std::int64_t i = from_steps + 1; i <= steps; ++i) mp = nadam_advance(mp, nadam_mu(beta1, momentum_decay, double(i)));
+  for (std::int64_t i = from_steps + 1; i <= steps; ++i)
+    mp = nadam_advance(mp, nadam_mu(beta1, momentum_decay, double(i)));
   return mp;
 }
 

@@ -20,10 +20,11 @@ namespace octopt {
 
 // State slots the optimizer may use (1..3); which of them a tensor allocates: state_slot_used.
 OCTOPT_HD constexpr int optim_state_slots(OptimKind kind) {
-  return (kind == OptimKind::ademamix || kind == OptimKind::rmsprop)                                  ? 3
+  return (kind == OptimKind::ademamix || kind == OptimKind::rmsprop) ? 3
          : (kind == OptimKind::adam || kind == OptimKind::adamw || kind == OptimKind::lamb ||
-            kind == OptimKind::radam || kind == OptimKind::nadam)                                      ? 2
-                                                                                                       : 1;
+            kind == OptimKind::radam || kind == OptimKind::nadam)
+             ? 2
+             : 1;
 }
 
 // Optimizers with the Adam pair (exp_avg, exp_avg_sq) as their state.
@@ -37,11 +38,16 @@ OCTOPT_HD constexpr const char* state_slot_name(OptimKind kind, int slot) {
   if (slot < 0 || slot >= optim_state_slots(kind)) return "";
   if (optim_has_adam_slots(kind)) return slot == 0 ? "exp_avg" : "exp_avg_sq";
   switch (kind) {
-    case OptimKind::ademamix: return slot == 0 ? "m1" : (slot == 1 ? "nu" : "m2");
-    case OptimKind::rmsprop: return slot == 0 ? "square_avg" : (slot == 1 ? "momentum_buffer" : "grad_avg");
-    case OptimKind::adagrad: return "sum";
-    case OptimKind::lion: return "exp_avg";
-    default: return "momentum_buffer";  // sgd, lars
+    case OptimKind::ademamix:
+      return slot == 0 ? "m1" : (slot == 1 ? "nu" : "m2");
+    case OptimKind::rmsprop:
+      return slot == 0 ? "square_avg" : (slot == 1 ? "momentum_buffer" : "grad_avg");
+    case OptimKind::adagrad:
+      return "sum";
+    case OptimKind::lion:
+      return "exp_avg";
+    default:
+      return "momentum_buffer";  // sgd, lars
   }
 }
 

@@ -21,7 +21,7 @@ struct SlotScalars {
   float eps;
   float weight_decay;  // RAdam, NAdam: the coupled (L2) coefficient only, 0 under decoupled decay
   float momentum, one_minus_dampening;
-  float alpha;      // RMSprop smoothing constant; AdEMAMix mixing weight, after its warm-up schedule
+  float alpha;  // RMSprop smoothing constant; AdEMAMix mixing weight, after its warm-up schedule
   float one_minus_alpha;
   float step_size;  // Adam family: lr / (1 - beta1^t); Adagrad: lr / (1 + (t - 1) lr_decay)
   float bc1;        // 1 - beta1^t (1 without bias correction)

@@ -20,9 +20,7 @@ OCTOPT_HD float rule_sqrt(float x) {
 }
 
 // torch's lerp: a + w (b - a) for w < 0.5, else b - (b - a)(1 - w).
-OCTOPT_HD float rule_lerp(float a, float b, float w) {
-  return w < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
-}
+OCTOPT_HD float rule_lerp(float a, float b, float w) { return w < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w); }
 
 OCTOPT_HD float rule_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
 
@@ -126,17 +124,28 @@ OCTOPT_HD float update_element(const SlotScalars& h, float p, float g, float& s0
 OCTOPT_HD float update_element_any(OptimKind kind, const SlotScalars& h, float p, float g, float& s0, float& s1,
                                    float& s2, float* u_out = nullptr) {
   switch (kind) {
-    case OptimKind::adam: return update_element<OptimKind::adam>(h, p, g, s0, s1, s2, u_out);
-    case OptimKind::adamw: return update_element<OptimKind::adamw>(h, p, g, s0, s1, s2, u_out);
-    case OptimKind::sgd: return update_element<OptimKind::sgd>(h, p, g, s0, s1, s2, u_out);
-    case OptimKind::rmsprop: return update_element<OptimKind::rmsprop>(h, p, g, s0, s1, s2, u_out);
-    case OptimKind::adagrad: return update_element<OptimKind::adagrad>(h, p, g, s0, s1, s2, u_out);
-    case OptimKind::lion: return update_element<OptimKind::lion>(h, p, g, s0, s1, s2, u_out);
-    case OptimKind::ademamix: return update_element<OptimKind::ademamix>(h, p, g, s0, s1, s2, u_out);
-    case OptimKind::lamb: return update_element<OptimKind::lamb>(h, p, g, s0, s1, s2, u_out);
-    case OptimKind::lars: return update_element<OptimKind::lars>(h, p, g, s0, s1, s2, u_out);
-    case OptimKind::radam: return update_element<OptimKind::radam>(h, p, g, s0, s1, s2, u_out);
-    case OptimKind::nadam: return update_element<OptimKind::nadam>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::adam:
+      return update_element<OptimKind::adam>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::adamw:
+      return update_element<OptimKind::adamw>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::sgd:
+      return update_element<OptimKind::sgd>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::rmsprop:
+      return update_element<OptimKind::rmsprop>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::adagrad:
+      return update_element<OptimKind::adagrad>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::lion:
+      return update_element<OptimKind::lion>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::ademamix:
+      return update_element<OptimKind::ademamix>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::lamb:
+      return update_element<OptimKind::lamb>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::lars:
+      return update_element<OptimKind::lars>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::radam:
+      return update_element<OptimKind::radam>(h, p, g, s0, s1, s2, u_out);
+    case OptimKind::nadam:
+      return update_element<OptimKind::nadam>(h, p, g, s0, s1, s2, u_out);
   }
   return p;
 }
