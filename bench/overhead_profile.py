@@ -3,7 +3,7 @@ N gradients to native code cost. A snapshot tool for designing a fast step path:
 reaches into octopt's internals (Optimizer._plan, _tensors, the torch adapter's wrappers) as they are at the
 time of writing, and it prints "n/a" for a piece whose internals have changed.
 
-    /work/devbuild.sh .            # or any build that leaves build/dev-OFF/cpp/liboctopt.a
+    cmake -S . -B build/dev -DOCTOPT_BUILD_PYTHON=ON && cmake --build build/dev   # leaves build/dev/cpp/liboctopt.a
     PYTHONPATH=python python bench/overhead_profile.py [--tensors 256] [--elems 64] [--core-lib PATH]
 
 Each piece is timed on its own, replicating the lines of the step path it stands for, over the same N
@@ -387,8 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--core-lib",
-        default=os.path.join(ROOT, "build", "dev-OFF", "cpp", "liboctopt.a"),
-        help="octopt's core library for the C++ harness (default: devbuild.sh's)",
+        default=os.path.join(ROOT, "build", "dev", "cpp", "liboctopt.a"),
+        help="octopt's core library for the C++ harness (default: build/dev's)",
     )
     args = p.parse_args(argv)
     global clock_now
