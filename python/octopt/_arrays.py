@@ -248,9 +248,11 @@ def check_int(value: Any, fn: str, arg: str, lo: int | None = None, hi: int | No
 
 
 def check_block_size(block_size: Any, fn: str) -> int:
+    from . import _octopt
+
     bs = check_int(block_size, fn, "block_size")
-    if bs < 32 or bs > 4096 or bs & (bs - 1):
-        raise ValueError(f"{fn}: argument 'block_size' must be a power of two in [32, 4096], got {bs}")
+    # the core's rule (blockwise.hpp), stated once; a value past int64 cannot reach it
+    _octopt.validate_block_size(bs if -(2**63) <= bs < 2**63 else 0, fn)
     return bs
 
 

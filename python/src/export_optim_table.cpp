@@ -160,4 +160,8 @@ void export_optim_table(nb::module_& m) {
       nb::arg("kind"), nb::arg("slot"), nb::arg("layout"));
   m.def("slot_initial_code", &octopt::slot_initial_code, nb::arg("bits"), nb::arg("signed"), nb::arg("init"));
   m.def("format_real", &octopt::format_real, nb::arg("value"));
+  m.def(
+      "validate_block_size",
+      [](std::int64_t block_size, const std::string& fn) { octopt::validate_block_size(block_size, fn.c_str()); },
+      nb::arg("block_size"), nb::arg("fn"));
 }

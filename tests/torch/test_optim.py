@@ -273,7 +273,7 @@ def test_override_keeps_a_parameter_in_32_bits():
     assert ot.get_override(model[0].weight) == {"bits": 8}
     with pytest.raises(ValueError, match="override: unknown option 'colour'"):
         ot.override(torch.nn.Parameter(torch.zeros(3)), colour=1)
-    with pytest.raises(ValueError, match="override: option 'bits' must be 32, 8 or 4"):
+    with pytest.raises(ValueError, match="override: 'bits' must be 32, 8 or 4"):
         ot.override(torch.nn.Parameter(torch.zeros(3)), bits=2)
 
 

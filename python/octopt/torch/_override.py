@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .. import _hparams
+from .. import _hparams, _octopt
 
 _OVERRIDES: WeakIdKeyDictionary = WeakIdKeyDictionary()  # param -> {option: value}
 _HELD: WeakIdKeyDictionary = WeakIdKeyDictionary()  # param -> weak reference to the optimizer holding it
@@ -63,12 +63,7 @@ def mark_held(param: torch.Tensor, optimizer: Any) -> None:
 
 
 def _check_values(options: dict, fn: str) -> None:
-    bits = options.get("bits", 8)
-    if isinstance(bits, bool) or bits not in (32, 8, 4):
-        raise ValueError(f"{fn}: option 'bits' must be 32, 8 or 4, got {bits!r}")
-    bs = options.get("block_size")
-    if bs is not None and (isinstance(bs, bool) or not isinstance(bs, int) or bs < 32 or bs > 4096 or bs & (bs - 1)):
-        raise ValueError(f"{fn}: option 'block_size' must be a power of two in [32, 4096], got {bs!r}")
-    m8 = options.get("min_8bit_size", 0)
-    if isinstance(m8, bool) or not isinstance(m8, int) or m8 < 0:
-        raise ValueError(f"{fn}: option 'min_8bit_size' must be an int >= 0, got {m8!r}")
+    # the layout options as the core checks them (optim_table.hpp's validate_layout)
+    layout = dict(bits=8, block_size=None, min_8bit_size=0, first_moment_bits=None, initial_accumulator_value=0.0)
+    layout.update({k: v for k, v in options.items() if k in layout})
+    _octopt.validate_layout(_hparams.to_layout(layout, fn), fn)
