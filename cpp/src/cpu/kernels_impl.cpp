@@ -201,6 +201,31 @@ struct OptimScratch {
   alignas(64) std::uint8_t codes[kMaxBlockSize];
 };
 
+// make_levels, remembered per thread for the last few codebooks (by content, so a codebook freed and another
+// made at its address is never mistaken for it): a step of many small tensors, one chunk each, would
+// otherwise rebuild the same tables for every tensor (about 0.5 us per table).
+void levels_for(const Codebook& cb, Levels& L) {
+  struct Entry {
+    Codebook cb;
+    Levels levels;
+    bool used = false;
+  };
+  constexpr int kEntries = 4;
+  thread_local Entry cache[kEntries];
+  thread_local int next = 0;
+  for (const Entry& e : cache)
+    if (e.used && std::memcmp(&e.cb, &cb, sizeof(Codebook)) == 0) {
+      L = e.levels;
+      return;
+    }
+  make_levels(cb, L);
+  Entry& e = cache[next];
+  next = (next + 1) % kEntries;
+  e.cb = cb;
+  e.levels = L;
+  e.used = true;
+}
+
 OptimScratch& optim_scratch() {
   thread_local std::unique_ptr<OptimScratch> s(new OptimScratch());
   return *s;
@@ -287,7 +312,7 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
   constexpr int kStates = optim_state_slots(K);
   Levels levels[3];
   for (int k = 0; k < kStates; ++k)
-    if (slot.state[k].data && slot.state[k].bits != 32) make_levels(cfg.codebooks[slot.state[k].codebook], levels[k]);
+    if (slot.state[k].data && slot.state[k].bits != 32) levels_for(cfg.codebooks[slot.state[k].codebook], levels[k]);
   std::int64_t skipped = 0;
   // float32 parameters, gradients and 32-bit states are updated where they lie (no staging copy);
   // everything else goes through the per-thread block buffers.
