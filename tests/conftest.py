@@ -301,3 +301,19 @@ def restore_threads() -> Iterator[int]:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20240611)
+
+
+def _isa_available(isa: str) -> bool:
+    try:
+        octopt._octopt.set_simd_level(isa)
+        return True
+    except ValueError:
+        return False
+    finally:
+        octopt._octopt.set_simd_level("")
+
+
+@pytest.fixture
+def isa_available() -> Callable[[str], bool]:
+    """Whether this CPU can run the named kernel variant ("avx2", "avx512")."""
+    return _isa_available

@@ -9,16 +9,6 @@ from octopt import _octopt
 ISAS = ("avx2", "avx512")
 
 
-def _available(isa):
-    try:
-        _octopt.set_simd_level(isa)
-        return True
-    except ValueError:
-        return False
-    finally:
-        _octopt.set_simd_level("")
-
-
 @pytest.fixture
 def isa_restore():
     yield
@@ -85,8 +75,8 @@ def _steps_all():
 
 
 @pytest.mark.parametrize("isa", ISAS)
-def test_kernels_match_the_baseline(isa, isa_restore):
-    if not _available(isa):
+def test_kernels_match_the_baseline(isa, isa_restore, isa_available):
+    if not isa_available(isa):
         pytest.skip(f"this CPU cannot run the {isa} kernels")
     _octopt.set_simd_level("baseline")
     ref_q, ref_s = _quantize_all(), _steps_all()

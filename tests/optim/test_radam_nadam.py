@@ -136,16 +136,6 @@ def test_nadam_mu_product_is_validated():
         opt.load_state_dict(sd)
 
 
-def _isa_available(isa):
-    try:
-        _octopt.set_simd_level(isa)
-        return True
-    except ValueError:
-        return False
-    finally:
-        _octopt.set_simd_level("")
-
-
 def _run_all_paths():
     """Outputs of 32/8/4-bit steps (a skipped block, a tensor sitting out a step, percentile scaling)."""
     out = []
@@ -166,8 +156,8 @@ def _run_all_paths():
 
 
 @pytest.mark.parametrize("isa", ("avx2", "avx512"))
-def test_kernel_variants_match_the_baseline(isa):
-    if not _isa_available(isa):
+def test_kernel_variants_match_the_baseline(isa, isa_available):
+    if not isa_available(isa):
         pytest.skip(f"this CPU cannot run the {isa} kernels")
     try:
         _octopt.set_simd_level("baseline")
