@@ -315,7 +315,7 @@ class Optimizer:
         finally:
             self._step_lock.release()
 
-    def step_addresses(self, addresses: list, dtypes: list, stream: int = 0) -> int:
+    def _step_addresses(self, addresses: list, dtypes: list, stream: int = 0) -> int:
         """The adapters' hot path: one step from gradient addresses (0: no gradient) and dtype codes
         (0 float32, 1 float16, 2 bfloat16) that the caller has checked against the parameters (dtype, shape,
         device, C-contiguity) and keeps alive for the call. Returns what step() returns (CUDA: -1)."""

@@ -151,12 +151,12 @@ ffi::Error check_attrs(const Attrs& a, std::size_t n_hp_dynamic) {
 
 ffi::Error take_tensors(const ffi::RemainingArgs& in, const ffi::RemainingRets& res, const Attrs& a, Tensors& out) {
   const std::size_t n_tensors = a.block_sizes.size();
-  out.slots.assign(n_tensors, octopt::StepTensor{});
+  out.steps.assign(n_tensors, octopt::StepTensor{});
   out.params_in.assign(n_tensors, nullptr);
   out.copies.clear();
   Buffers bufs(in, res);
   for (std::size_t t = 0; t < n_tensors; ++t) {
-    ffi::Error e = take_tensor(bufs, a, t, out.slots[t], &out.params_in[t], out.copies);
+    ffi::Error e = take_tensor(bufs, a, t, out.steps[t], &out.params_in[t], out.copies);
     if (!e.success()) return e;
   }
   if (!bufs.all_used()) return bad("internal: more buffers than the tensors' descriptions use");

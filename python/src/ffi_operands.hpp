@@ -35,9 +35,9 @@ struct Copy {
   std::size_t bytes;
 };
 
-// The tensors of a call: slots point at the results; params_in[t] is tensor t's parameter operand.
+// The tensors of a call: steps point at the results; params_in[t] is tensor t's parameter operand.
 struct Tensors {
-  std::vector<octopt::StepTensor> slots;
+  std::vector<octopt::StepTensor> steps;  // one per tensor: what octopt::step reads
   std::vector<const void*> params_in;
   std::vector<Copy> copies;
 };

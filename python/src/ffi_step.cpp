@@ -73,13 +73,13 @@ ffi::Error StepImpl(ffi::Buffer<ffi::F32> hp_dynamic, ffi::Buffer<ffi::S32> step
                         : octopt::nadam_mu_product_after(h.beta1, h.momentum_decay, step - 1);
       last_beta1 = h.beta1, last_decay = h.momentum_decay, last_steps = step - 1, last_product = mu_product;
     }
-    for (octopt::StepTensor& s : tensors.slots) s.scalars = scalars, s.mu_product = mu_product;
-    const std::size_t n_tensors = tensors.slots.size();
-    octopt::validate_step(cfg, tensors.slots.data(), n_tensors, kFn);
-    octopt::step(cfg, tensors.slots.data(), n_tensors, ws);
+    for (octopt::StepTensor& s : tensors.steps) s.scalars = scalars, s.mu_product = mu_product;
+    const std::size_t n_tensors = tensors.steps.size();
+    octopt::validate_step(cfg, tensors.steps.data(), n_tensors, kFn);
+    octopt::step(cfg, tensors.steps.data(), n_tensors, ws);
     if (mode == octopt_ffi::kUpdates) {
       for (std::size_t t = 0; t < n_tensors; ++t) {
-        const octopt::StepTensor& s = tensors.slots[t];
+        const octopt::StepTensor& s = tensors.steps[t];
         const void* p = tensors.params_in[t];
         switch (s.param_dtype) {
           case octopt::DType::f32:

@@ -53,8 +53,8 @@ ffi::Error StepCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi:
     if (ffi::Error e = octopt_ffi::take_tensors(in, out, a, tensors); !e.success()) return e;
     octopt::cuda::xla::Call call;
     call.cfg = octopt_ffi::step_config(a, 0);
-    call.tensors = tensors.slots.data();
-    call.n = tensors.slots.size();
+    call.tensors = tensors.steps.data();
+    call.n = tensors.steps.size();
     call.params_in = mode == octopt_ffi::kUpdates ? tensors.params_in.data() : nullptr;
     call.hp_dynamic = hp_dynamic.typed_data();
     call.step = step_buf.typed_data();

@@ -196,3 +196,17 @@ def test_quantized_state_follows_32bit(kind, bits, grad_sequence):
     assert got <= 1.25 * adam, f"{kind} {bits}-bit: deviation {got:.3g} vs Adam's {adam:.3g}"
     if bits == 8:
         assert got <= 0.05
+
+
+@pytest.mark.parametrize(
+    "kind, kw, pattern",
+    [
+        ("nadam", {"momentum_decay": -1.0}, r"^NAdam: 'momentum_decay' must be in >= 0\.0, got -1\.0"),
+        ("nadam", {"momentum_decay": float("nan")}, r"^NAdam: 'momentum_decay' must be finite, got nan"),
+        ("radam", {"betas": (0.9, 1.0)}, r"^RAdam: 'betas\[1\]' must be in \[0\.0, 1\.0\), got 1\.0"),
+        ("radam", {"decoupled_weight_decay": True, "weight_decay": -0.1}, r"^RAdam: 'weight_decay' must be in >= 0\.0"),
+    ],
+)
+def test_bad_hyper_parameters_are_refused(kind, kw, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        CLASSES[kind]([np.zeros(10, np.float32)], **kw)

@@ -230,7 +230,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                 keep.append(g)
             addresses[i] = g.data_ptr()
             dtypes[i] = code
-        core.step_addresses(addresses, dtypes)
+        core._step_addresses(addresses, dtypes)
         return loss
 
     @staticmethod
