@@ -156,3 +156,29 @@ def test_one_ffi_call_steps_every_parameter(problem, as_jax):
     params = as_jax(p0)
     hlo = jax.jit(tx.update).lower(as_jax(grads[0]), tx.init(params), params).as_text()
     assert hlo.count("custom_call @octopt_step") == 1, hlo
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["uncommitted", "committed"])
+@pytest.mark.parametrize("bits", [32, 8])
+def test_jitted_step_compiles_once(committed, bits):
+    """init's state has the parameters' commitment throughout (the count too), so a jitted training step
+    hits its cache from the second call on, as it does with optax's own transformations."""
+    import jax.numpy as jnp
+    import octopt.optax as oo
+
+    params = {"w": jnp.ones((5000,)), "b": jnp.ones((10,))}
+    if committed:
+        params = jax.device_put(params, jax.devices()[0])
+    tx = oo.adamw(1e-3, bits=bits)
+    state = tx.init(params)
+
+    @jax.jit
+    def step(p, s, g):
+        updates, s = tx.update(g, s, p)
+        return optax.apply_updates(p, updates), s
+
+    grads = jax.tree_util.tree_map(jnp.ones_like, params)
+    for _ in range(3):
+        params, state = step(params, state, grads)
+    assert step._cache_size() == 1
+    assert int(state.count) == 3

@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
 import numpy as np
 
 from .. import _hparams, _layout, _octopt
@@ -140,7 +141,20 @@ class Engine:
             )
         treedef = jax.tree_util.tree_structure(params)
         slots = {name: treedef.unflatten([t[k] for t in slot_trees]) for k, name in enumerate(names)}
-        return OctoptState(jnp.zeros([], jnp.int32), slots, StateLayout(self.config, names, tuple(layouts)))
+        # the count is placed like the state (committed where the parameters are), so that jit sees one
+        # commitment for the whole state and compiles the step once
+        placed = [
+            leaf
+            for leaf in jax.tree_util.tree_leaves(slots)
+            if isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer) and leaf.committed
+        ]
+        count = jnp.zeros([], jnp.int32)
+        if placed:
+            sharding = placed[0].sharding
+            if isinstance(sharding, NamedSharding):
+                sharding = NamedSharding(sharding.mesh, PartitionSpec())
+            count = jax.device_put(count, sharding)
+        return OctoptState(count, slots, StateLayout(self.config, names, tuple(layouts)))
 
     # -- update ---------------------------------------------------------------------------------
     def update(self, updates: Any, state: OctoptState, params: Any = None) -> tuple[Any, OctoptState]:

@@ -115,7 +115,9 @@ def _device(layout: LeafLayout, pspec: Any, like: Any) -> Any:
     device (replicated over its mesh when the parameter is), else the default device."""
     if layout.mesh is not None:
         return NamedSharding(layout.mesh, pspec)
-    if isinstance(like, jax.Array) and not isinstance(like, jax.core.Tracer):
+    # an uncommitted parameter gets uncommitted state: jit keys its cache on commitment, and a state committed
+    # beside uncommitted parameters (or the other way round) would compile the step a second time
+    if isinstance(like, jax.Array) and not isinstance(like, jax.core.Tracer) and like.committed:
         sharding = like.sharding
         if isinstance(sharding, NamedSharding):
             return NamedSharding(sharding.mesh, PartitionSpec())
