@@ -182,3 +182,21 @@ def test_jitted_step_compiles_once(committed, bits):
         params, state = step(params, state, grads)
     assert step._cache_size() == 1
     assert int(state.count) == 3
+
+
+def test_update_accepts_extra_args():
+    """As optax.GradientTransformationExtraArgs: extra keyword arguments are ignored, also inside a chain
+    that hands them to every member."""
+    import jax.numpy as jnp
+    import octopt.optax as oo
+
+    params = [jnp.ones((300,))]
+    grads = [jnp.full((300,), 0.5)]
+    tx = oo.adamw(1e-2, bits=32)
+    assert isinstance(tx, optax.GradientTransformationExtraArgs)
+    plain, _ = tx.update(grads, tx.init(params), params)
+    extra, _ = tx.update(grads, tx.init(params), params, value=jnp.float32(1.0), loss=3.0)
+    np.testing.assert_array_equal(np.asarray(plain[0]), np.asarray(extra[0]))
+    chain = optax.chain(optax.clip_by_global_norm(1.0), tx)
+    updates, _ = chain.update(grads, chain.init(params), params, value=jnp.float32(1.0))
+    assert np.all(np.isfinite(np.asarray(updates[0])))

@@ -157,7 +157,12 @@ class Engine:
         return OctoptState(count, slots, StateLayout(self.config, names, tuple(layouts)))
 
     # -- update ---------------------------------------------------------------------------------
-    def update(self, updates: Any, state: OctoptState, params: Any = None) -> tuple[Any, OctoptState]:
+    def update(
+        self, updates: Any, state: OctoptState, params: Any = None, **extra_args: Any
+    ) -> tuple[Any, OctoptState]:
+        """optax's update; extra keyword arguments (optax.GradientTransformationExtraArgs: a loss value, ...)
+        are accepted and ignored."""
+        del extra_args
         fn = f"{self.fn}.update"
         if params is None:
             raise ValueError(f"{fn}: argument 'params' is required (octopt computes the step from the parameters)")

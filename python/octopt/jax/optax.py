@@ -17,9 +17,9 @@ from ._engine import Engine
 from ._state import OctoptState, SlotState
 
 
-class Transformation(_optax.GradientTransformation):
-    """An optax GradientTransformation (``init``, ``update``) plus ``step``: the fused update of
-    parameters in place (see ``octopt.optax.step``)."""
+class Transformation(_optax.GradientTransformationExtraArgs):
+    """An optax GradientTransformationExtraArgs (``init``, ``update`` taking and ignoring extra keyword
+    arguments) plus ``step``: the fused update of parameters in place (see ``octopt.optax.step``)."""
 
     def step(self, params: Any, grads: Any, state: OctoptState) -> tuple[Any, OctoptState]:
         return self.update.__self__.fused_step(params, grads, state)
