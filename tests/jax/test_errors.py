@@ -156,3 +156,38 @@ def test_missing_handler_says_how_to_build_it(monkeypatch):
     monkeypatch.setattr(_jax_call._octopt, "xla_ffi_built", lambda: False)
     with pytest.raises(ImportError, match="built without the XLA FFI handler.*jaxlib in the build environment"):
         oo.adam8bit(1e-3).init([jnp.zeros(3)])
+
+
+def test_traced_initial_accumulator_value_names_static_args():
+    """Adagrad's initial_accumulator_value decides the state's starting value at init: traced (by
+    optax.inject_hyperparams under jax.jit), it gets octopt's error naming static_args, not a tracer error."""
+    import jax.numpy as jnp
+    import octopt.optax as oo
+
+    params = {"w": jnp.ones((300,))}
+    tx = optax.inject_hyperparams(oo.adagrad)(learning_rate=1e-2, initial_accumulator_value=0.1)
+    with pytest.raises(TypeError, match=r"'initial_accumulator_value' is traced.*static_args"):
+        jax.jit(tx.init)(params)
+    static = optax.inject_hyperparams(oo.adagrad, static_args=("initial_accumulator_value",))
+    state = jax.jit(static(learning_rate=1e-2, initial_accumulator_value=0.1).init)(params)
+    assert float(state.inner_state.slots["sum"]["w"].data[0]) == pytest.approx(0.1)
+
+
+def test_float64_params_are_refused_clearly():
+    """With jax_enable_x64, float64 parameters are refused with a clear error (docs/jax.md says why): the
+    state and update math are float32, and a float64 result would hide that."""
+    import subprocess
+    import sys
+
+    script = (
+        "import jax; jax.config.update('jax_enable_x64', True)\n"
+        "import jax.numpy as jnp, octopt.optax as oo\n"
+        "try:\n"
+        "    oo.adamw(1e-3).init({'w': jnp.ones((300,), jnp.float64)})\n"
+        "except TypeError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "argument 'params['w']' must have dtype float32, float16 or bfloat16, got float64" in out.stdout, (
+        out.stdout + out.stderr
+    )

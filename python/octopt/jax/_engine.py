@@ -109,6 +109,11 @@ class Engine:
     def init(self, params: Any) -> OctoptState:
         ensure_registered(self.fn)
         fn = f"{self.fn}.init"
+        if isinstance(self.initial_accumulator_value, jax.core.Tracer):
+            raise TypeError(
+                f"{fn}: argument 'initial_accumulator_value' is traced; it sets where the state starts, so it must "
+                "be static (with optax.inject_hyperparams pass static_args=('initial_accumulator_value',))"
+            )
         leaves = jax.tree_util.tree_flatten_with_path(params)[0]
         check_platform([p for _, p in leaves], fn)
         layouts, slot_trees = [], []
