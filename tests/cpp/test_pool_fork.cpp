@@ -248,9 +248,9 @@ OCTOPT_TEST(fork_while_another_thread_is_inside_a_region) {
 
 OCTOPT_TEST(fork_while_threads_start_and_resize_regions) {
 #if defined(__SANITIZE_ADDRESS__)
-  // AddressSanitizer's own runtime is not fork-safe while other threads are being created and torn down
-  // (its thread registry and allocator locks can be held at the fork): the child hangs inside the
-  // sanitizer, not in the pool. The plain build runs this test; the sanitized one runs the others.
+  // Under AddressSanitizer a child forked while other threads are being created and retired hangs now and
+  // then; the plain build passes this test every time. The suspect is the sanitizer's runtime (its thread
+  // registry and allocator locks can be held at the fork), not confirmed: the sanitized build skips this one.
   return;
 #endif
   Restore restore;
