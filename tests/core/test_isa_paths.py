@@ -6,7 +6,7 @@ import pytest
 import octopt
 from octopt import _octopt
 
-ISAS = ("avx2", "avx512")
+ISAS = ("avx2", "avx512", "avx512vbmi")
 
 
 @pytest.fixture

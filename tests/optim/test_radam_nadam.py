@@ -155,7 +155,7 @@ def _run_all_paths():
     return out
 
 
-@pytest.mark.parametrize("isa", ("avx2", "avx512"))
+@pytest.mark.parametrize("isa", ("avx2", "avx512", "avx512vbmi"))
 def test_kernel_variants_match_the_baseline(isa, isa_available):
     if not isa_available(isa):
         pytest.skip(f"this CPU cannot run the {isa} kernels")

@@ -16,6 +16,7 @@ bool cpu_has(const std::string& isa) {
   if (isa == "avx512")
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && cpu_has("avx2");
+  if (isa == "avx512vbmi") return __builtin_cpu_supports("avx512vbmi") && cpu_has("avx512");
 #endif
   return isa == "baseline";
 }
@@ -25,6 +26,7 @@ const Kernels* by_name(const std::string& name) {
 #if defined(OCTOPT_X86_KERNELS)
   if (name == "avx2") return cpu_has("avx2") ? &kernels_avx2() : nullptr;
   if (name == "avx512") return cpu_has("avx512") ? &kernels_avx512() : nullptr;
+  if (name == "avx512vbmi") return cpu_has("avx512vbmi") ? &kernels_avx512vbmi() : nullptr;
 #endif
   return nullptr;
 }
@@ -34,10 +36,10 @@ const Kernels* choose(const std::string& forced) {
     const Kernels* k = by_name(forced);
     if (!k)
       throw std::invalid_argument("OCTOPT_ISA: '" + forced +
-                                  "' is not available here (choose baseline, avx2 or avx512 as the CPU allows)");
+                                  "' is not available here (choose baseline, avx2, avx512 or avx512vbmi as the CPU allows)");
     return k;
   }
-  for (const char* n : {"avx512", "avx2"})
+  for (const char* n : {"avx512vbmi", "avx512", "avx2"})
     if (const Kernels* k = by_name(n)) return k;
   return &kernels_baseline();
 }

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #endif
 
+#include "cpu/closed_form.hpp"
 #include "octopt/numerics/codebook.hpp"
 #include "octopt/numerics/convert.hpp"
 #include "octopt/numerics/rng.hpp"
@@ -23,6 +24,8 @@ struct Levels {
   alignas(64) float vals[256];  // the map values, by level (stochastic rounding brackets r by them)
   int size;
   bool simd;  // the sign rule is a no-op for this map, so the plain search is the whole answer
+  ClosedForm cf;  // valid: 256-entry maps of evenly spaced runs (the dynamic maps) encode by formula
+  alignas(64) std::uint8_t planes[4][256];  // byte k of values[c] (little-endian), for byte-table decoding
 };
 
 inline void level_order(const float* sorted, int size, float* out) {
@@ -40,6 +43,15 @@ inline void make_levels(const Codebook& cb, Levels& L) {
   bool has_zero = false;
   for (int i = 0; i < cb.size; ++i) has_zero |= cb.values[i] == 0.0f;
   L.simd = has_zero || cb.first_nonneg == 0 || cb.last_nonpos == cb.size - 1;
+  if (cb.size == 256 && L.simd)
+    build_closed_form(cb, L.cf);
+  else
+    L.cf = ClosedForm();
+  for (int c = 0; c < 256; ++c) {
+    std::uint32_t u;
+    std::memcpy(&u, cb.values + (c < cb.size ? c : 0), 4);
+    for (int k = 0; k < 4; ++k) L.planes[k][c] = std::uint8_t(u >> (8 * k));
+  }
 }
 
 #if defined(OCTOPT_ISA_AVX512)
@@ -223,6 +235,126 @@ inline void encode256(const Codebook& cb, const Tables256& T, const float* v, in
 }
 #endif
 
+#if defined(OCTOPT_ISA_AVX512)
+// The closed-form tables (closed_form.hpp) in registers: a 32-entry table takes one two-source permute.
+struct ClosedFormRegs {
+  __m512 up[2], A[2], B[2], delta;
+  __m512i run[2], range[2];
+  explicit ClosedFormRegs(const ClosedForm& cf) {
+    for (int h = 0; h < 2; ++h) {
+      up[h] = _mm512_load_ps(cf.up + 16 * h);
+      A[h] = _mm512_load_ps(cf.A + 16 * h);
+      B[h] = _mm512_load_ps(cf.B + 16 * h);
+      run[h] = _mm512_load_si512(cf.run + 16 * h);
+      range[h] = _mm512_load_si512(cf.range + 16 * h);
+    }
+    delta = _mm512_set1_ps(cf.delta);
+  }
+};
+
+// closed_form_code on U vectors of 16 lanes, stage by stage across the U vectors (each vector's stages are
+// a dependent chain of about 40 cycles; interleaving keeps the units busy): the codes, and per vector
+// the lanes the search must settle.
+template <int U>
+inline void closed_form16(const ClosedFormRegs& R, const __m512* r, __m512i* code, __mmask16* unsure) {
+  __m512 a[U], t[U];
+  __m512i bin[U], run[U];
+  for (int u = 0; u < U; ++u) {
+    a[u] = _mm512_abs_ps(r[u]);
+    // the biased exponent / 2 (< 128) fits the low 16 bits of a lane: a saturating 16-bit subtraction clamps at 0
+    const __m512i h = _mm512_srli_epi32(_mm512_castps_si512(a[u]), 24);
+    bin[u] = _mm512_min_epi32(_mm512_subs_epu16(h, _mm512_set1_epi32(kBinBias / 2)), _mm512_set1_epi32(kBins - 1));
+    bin[u] = _mm512_mask_or_epi32(bin[u], _mm512_cmp_ps_mask(r[u], _mm512_setzero_ps(), _CMP_LE_OQ), bin[u],
+                                  _mm512_set1_epi32(kBins));
+  }
+  for (int u = 0; u < U; ++u) {
+    t[u] = _mm512_permutex2var_ps(R.up[0], bin[u], R.up[1]);
+    run[u] = _mm512_permutex2var_epi32(R.run[0], bin[u], R.run[1]);
+  }
+  for (int u = 0; u < U; ++u)
+    run[u] = _mm512_mask_add_epi32(run[u], _mm512_cmp_ps_mask(a[u], t[u], _CMP_GE_OQ), run[u], _mm512_set1_epi32(1));
+  __m512 x[U];
+  for (int u = 0; u < U; ++u)
+    x[u] = _mm512_add_ps(_mm512_mul_ps(a[u], _mm512_permutex2var_ps(R.A[0], run[u], R.A[1])),
+                         _mm512_permutex2var_ps(R.B[0], run[u], R.B[1]));
+  for (int u = 0; u < U; ++u) {
+    const __m512 d = _mm512_reduce_ps(x[u], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);  // x - nearest integer
+    unsure[u] = _mm512_cmp_ps_mask(_mm512_abs_ps(d), R.delta, _CMP_NGT_UQ);                 // NaN (r not finite) too
+    const __m512i range = _mm512_permutex2var_epi32(R.range[0], run[u], R.range[1]);
+    code[u] = _mm512_min_epi32(
+        _mm512_max_epi32(_mm512_cvttps_epi32(x[u]), _mm512_and_si512(range, _mm512_set1_epi32(0xffff))),
+        _mm512_srli_epi32(range, 16));
+  }
+}
+
+// Nearest codes of a block of a 256-entry map with closed-form tables; lanes the formula cannot
+// settle take the level search (a whole vector at a time; rare). Four vectors at a time, then one.
+inline void encode_block_closed_form(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
+                                     std::uint8_t* codes) {
+  const ClosedFormRegs R(L.cf);
+  const __m512 vs = _mm512_set1_ps(scale);
+  const auto finish = [&](int i, __mmask16 m, __m512 r, __m512i c, __mmask16 unsure) {
+    unsure &= m;
+    if (unsure) c = _mm512_mask_mov_epi32(c, unsure, apply_floor(cb, r, search_levels(L.lvl, 256, r)));
+    _mm512_mask_cvtepi32_storeu_epi8(codes + i, m, c);
+  };
+  int i = 0;
+  for (; i + 64 <= len; i += 64) {
+    __m512 r[4];
+    __m512i c[4];
+    __mmask16 unsure[4];
+    for (int u = 0; u < 4; ++u) r[u] = _mm512_div_ps(_mm512_loadu_ps(v + i + 16 * u), vs);
+    closed_form16<4>(R, r, c, unsure);
+    for (int u = 0; u < 4; ++u) finish(i + 16 * u, 0xffff, r[u], c[u], unsure[u]);
+  }
+  for (; i < len; i += 16) {
+    const __mmask16 m = len - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - i)) - 1u);
+    __m512 r = _mm512_div_ps(_mm512_maskz_loadu_ps(m, v + i), vs);
+    __m512i c;
+    __mmask16 unsure;
+    closed_form16<1>(R, &r, &c, &unsure);
+    finish(i, m, r, c, unsure);
+  }
+}
+
+// values[c] * a for a block of codes of a 256-entry map, by byte-table lookups (AVX-512 VBMI): each
+// byte plane of the map is a 256-byte table looked up 64 codes at a time, the four planes are then
+// interleaved into floats. The codes are first permuted so that the interleave (which works within
+// 128-bit lanes) puts the floats back in order. Not inlined: only this function uses VBMI.
+__attribute__((target("avx512vbmi"), noinline)) inline void decode256_vbmi(const Levels& L, const std::uint8_t* codes,
+                                                                          int len, float a, float* out) {
+  alignas(64) static const std::uint8_t kOrder[64] = {
+      0,  1,  2,  3,  16, 17, 18, 19, 32, 33, 34, 35, 48, 49, 50, 51, 4,  5,  6,  7,  20, 21,
+      22, 23, 36, 37, 38, 39, 52, 53, 54, 55, 8,  9,  10, 11, 24, 25, 26, 27, 40, 41, 42, 43,
+      56, 57, 58, 59, 12, 13, 14, 15, 28, 29, 30, 31, 44, 45, 46, 47, 60, 61, 62, 63};
+  const __m512i order = _mm512_load_si512(kOrder);
+  __m512i P[4][4];
+  for (int k = 0; k < 4; ++k)
+    for (int q = 0; q < 4; ++q) P[k][q] = _mm512_load_si512(L.planes[k] + 64 * q);
+  const __m512 va = _mm512_set1_ps(a);
+  for (int i = 0; i < len; i += 64) {
+    const int rem = len - i;
+    const __mmask64 m = rem >= 64 ? ~__mmask64(0) : (__mmask64(1) << rem) - 1;
+    const __m512i c = _mm512_permutexvar_epi8(order, _mm512_maskz_loadu_epi8(m, codes + i));
+    const __mmask64 hi = _mm512_movepi8_mask(c);
+    __m512i b[4];
+    for (int k = 0; k < 4; ++k)
+      b[k] = _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(P[k][0], c, P[k][1]),
+                                    _mm512_permutex2var_epi8(P[k][2], c, P[k][3]));
+    const __m512i lo01 = _mm512_unpacklo_epi8(b[0], b[1]), hi01 = _mm512_unpackhi_epi8(b[0], b[1]);
+    const __m512i lo23 = _mm512_unpacklo_epi8(b[2], b[3]), hi23 = _mm512_unpackhi_epi8(b[2], b[3]);
+    const __m512i f[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+                          _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
+    for (int j = 0; j < 4; ++j) {
+      const int r = rem - 16 * j;
+      if (r <= 0) break;
+      const __mmask16 mj = r >= 16 ? __mmask16(0xffff) : __mmask16((1u << r) - 1u);
+      _mm512_mask_storeu_ps(out + i + 16 * j, mj, _mm512_mul_ps(_mm512_castsi512_ps(f[j]), va));
+    }
+  }
+}
+#endif
+
 // codes[i] = nearest code of v[i] / scale, i < len (one code per byte).
 inline void encode_block(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
                          std::uint8_t* codes) {
@@ -230,6 +362,7 @@ inline void encode_block(const Codebook& cb, const Levels& L, const float* v, in
   if (L.simd) {
 #if defined(OCTOPT_ISA_AVX512)
     const __m512 vs = _mm512_set1_ps(scale);
+    if (L.size == 256 && L.cf.valid) return encode_block_closed_form(cb, L, v, len, scale, codes);
     if (L.size == 256) {
       // whole groups of eight vectors, then the rest of the block (short blocks, partial tails)
       // two vectors at a time, so that a short block does not pay for eight

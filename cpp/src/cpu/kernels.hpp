@@ -28,13 +28,15 @@ struct Kernels {
   // Blocks [b0, b1) of a gradient: how many hold NaN/Inf.
   std::int64_t (*count_nonfinite)(const void* g, DType dtype, std::int64_t n, int block_size, std::int64_t b0,
                                   std::int64_t b1);
+  bool vbmi;  // 8-bit codes are decoded with AVX-512 VBMI byte tables
 };
 
 const Kernels& kernels_baseline();
 const Kernels& kernels_avx2();    // only on x86-64 builds
 const Kernels& kernels_avx512();  // only on x86-64 builds
+const Kernels& kernels_avx512vbmi();  // only on x86-64 builds: kernels_avx512 with VBMI decoding
 
-// The variant in use: OCTOPT_ISA=baseline|avx2|avx512 when set (and supported), else the best
+// The variant in use: OCTOPT_ISA=baseline|avx2|avx512|avx512vbmi when set (and supported), else the best
 // the CPU supports. Throws std::invalid_argument for a forced variant the CPU cannot run.
 const Kernels& active();
 // Forces a variant by name ("" = automatic); used by tests to compare every path.

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 
+#include "cpu/closed_form.hpp"
 #include "kernels.hpp"
 #include "octopt/numerics/codebook.hpp"
 #include "octopt/numerics/convert.hpp"
@@ -102,6 +103,41 @@ inline void prefetch_range(const void* base, std::int64_t byte0, std::int64_t by
 #endif
 }
 
+// make_levels, remembered per thread for the last few codebooks (by content, so a codebook freed and another
+// made at its address is never mistaken for it): building the tables (the closed form's included) costs
+// microseconds, and a step of many small tensors or a quantize of many chunks would otherwise rebuild the
+// same ones for every chunk. The pointer stays valid until kLevelsCached more distinct maps were asked for.
+constexpr int kLevelsCached = 8;
+const Levels& levels_for(const Codebook& cb) {
+  struct Entry {
+    Codebook cb;
+    Levels levels;
+    bool used = false;
+  };
+  thread_local std::unique_ptr<Entry[]> cache(new Entry[kLevelsCached]);
+  thread_local int next = 0;
+  for (int i = 0; i < kLevelsCached; ++i)
+    if (cache[i].used && std::memcmp(&cache[i].cb, &cb, sizeof(Codebook)) == 0) return cache[i].levels;
+  Entry& e = cache[next];
+  next = (next + 1) % kLevelsCached;
+  e.cb = cb;
+  make_levels(cb, e.levels);
+  e.used = true;
+  return e.levels;
+}
+
+// values[codes[i]] * a for i < len (one code per byte): VBMI byte tables for 256-entry maps where the
+// active kernels may use them, else decode_block.
+inline void decode_codes(const Codebook& cb, const Levels& L, const std::uint8_t* codes, int len, float a, float* out,
+                         bool vbmi) {
+#if defined(OCTOPT_ISA_AVX512)
+  if (vbmi && cb.size == 256) return decode256_vbmi(L, codes, len, a, out);
+#else
+  (void)L, (void)vbmi;
+#endif
+  decode_block(cb, codes, len, a, out);
+}
+
 // Codes of one block (any bits) from float values and their scale; stochastic rounding is scalar.
 void encode_codes(const Codebook& cb, const Levels& L, const float* v, int len, float scale, bool clip, bool stochastic,
                   std::uint64_t key, std::int64_t i0, std::uint8_t* out) {
@@ -123,8 +159,7 @@ std::int64_t quantize(const void* x, DType dtype, std::int64_t n, const Codebook
                       Rounding rounding, std::uint64_t key, std::uint8_t* codes, float* absmax, std::int64_t b0,
                       std::int64_t b1) {
   Scratch& s = scratch();
-  Levels L;
-  make_levels(cb, L);
+  const Levels& L = levels_for(cb);
   std::int64_t bad = 0;
   for (std::int64_t b = b0; b < b1; ++b) {
     const std::int64_t i0 = b * block_size;
@@ -160,6 +195,8 @@ std::int64_t quantize(const void* x, DType dtype, std::int64_t n, const Codebook
 void dequantize(const std::uint8_t* codes, const float* absmax, std::int64_t n, const Codebook& cb, int block_size,
                 int bits, DType out_dtype, void* out, std::int64_t b0, std::int64_t b1) {
   Scratch& s = scratch();
+  const Levels& L = levels_for(cb);
+  const bool vbmi = active().vbmi;
   for (std::int64_t b = b0; b < b1; ++b) {
     const std::int64_t i0 = b * block_size;
     const int len = int(std::min<std::int64_t>(block_size, n - i0));
@@ -169,9 +206,9 @@ void dequantize(const std::uint8_t* codes, const float* absmax, std::int64_t n, 
       c = s.codes;
     }
     if (out_dtype == DType::f32) {
-      decode_block(cb, c, len, absmax[b], static_cast<float*>(out) + i0);
+      decode_codes(cb, L, c, len, absmax[b], static_cast<float*>(out) + i0, vbmi);
     } else {
-      decode_block(cb, c, len, absmax[b], s.x);
+      decode_codes(cb, L, c, len, absmax[b], s.x, vbmi);
       store_any(out, out_dtype, i0, len, s.x);
     }
   }
@@ -201,31 +238,6 @@ struct OptimScratch {
   alignas(64) std::uint8_t codes[kMaxBlockSize];
 };
 
-// make_levels, remembered per thread for the last few codebooks (by content, so a codebook freed and another
-// made at its address is never mistaken for it): a step of many small tensors, one chunk each, would
-// otherwise rebuild the same tables for every tensor (about 0.5 us per table).
-void levels_for(const Codebook& cb, Levels& L) {
-  struct Entry {
-    Codebook cb;
-    Levels levels;
-    bool used = false;
-  };
-  constexpr int kEntries = 4;
-  thread_local Entry cache[kEntries];
-  thread_local int next = 0;
-  for (const Entry& e : cache)
-    if (e.used && std::memcmp(&e.cb, &cb, sizeof(Codebook)) == 0) {
-      L = e.levels;
-      return;
-    }
-  make_levels(cb, L);
-  Entry& e = cache[next];
-  next = (next + 1) % kEntries;
-  e.cb = cb;
-  e.levels = L;
-  e.used = true;
-}
-
 OptimScratch& optim_scratch() {
   thread_local std::unique_ptr<OptimScratch> s(new OptimScratch());
   return *s;
@@ -235,14 +247,14 @@ std::uint64_t state_key(const StepConfig& cfg, const StepTensor& slot, int which
   return step_stream_key(cfg.seed, slot.rng_stream, std::uint64_t(cfg.step), which);
 }
 
-void load_state(const StateBuffer& st, const Codebook* cbs, std::int64_t b, std::int64_t i0, int len, float* out,
-                std::uint8_t* codes) {
+void load_state(const StateBuffer& st, const Codebook* cbs, const Levels& L, bool vbmi, std::int64_t b,
+                std::int64_t i0, int len, float* out, std::uint8_t* codes) {
   if (st.bits == 32) {
     std::memcpy(out, static_cast<const float*>(st.data) + i0, sizeof(float) * std::size_t(len));
     return;
   }
   const auto* src = static_cast<const std::uint8_t*>(st.data);
-  if (st.bits == 8) return decode_block(cbs[st.codebook], src + i0, len, st.absmax[b], out);
+  if (st.bits == 8) return decode_codes(cbs[st.codebook], L, src + i0, len, st.absmax[b], out, vbmi);
   read_codes(src, len, st.bits, i0, codes);
   decode_block(cbs[st.codebook], codes, len, st.absmax[b], out);
 }
@@ -310,9 +322,10 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
   OptimScratch& s = optim_scratch();
   const int bs = slot.block_size;
   constexpr int kStates = optim_state_slots(K);
-  Levels levels[3];
+  const Levels* levels[3] = {nullptr, nullptr, nullptr};
   for (int k = 0; k < kStates; ++k)
-    if (slot.state[k].data && slot.state[k].bits != 32) levels_for(cfg.codebooks[slot.state[k].codebook], levels[k]);
+    if (slot.state[k].data && slot.state[k].bits != 32) levels[k] = &levels_for(cfg.codebooks[slot.state[k].codebook]);
+  const bool vbmi = active().vbmi;
   std::int64_t skipped = 0;
   // float32 parameters, gradients and 32-bit states are updated where they lie (no staging copy);
   // everything else goes through the per-thread block buffers.
@@ -342,7 +355,7 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
       else if (sb.bits == 32)
         st[k] = static_cast<float*>(sb.data) + i0;
       else
-        load_state(sb, cfg.codebooks, b, i0, len, s.s[k], s.codes);
+        load_state(sb, cfg.codebooks, *levels[k], vbmi, b, i0, len, s.s[k], s.codes);
     }
     if (phase == OptimPhase::norms) {  // LAMB: the norm of the update direction; nothing is written
       direction_loop<K>(slot.scalars, len, p, g, st[0], st[1], st[2], s.u);
@@ -361,7 +374,7 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
     for (int k = 0; k < kStates; ++k) {
       const StateBuffer& sb = slot.state[k];
       if (sb.data && sb.bits != 32)
-        store_state(sb, cfg.codebooks, levels[k], b, i0, len, s.s[k], cfg, state_key(cfg, slot, k), s);
+        store_state(sb, cfg.codebooks, *levels[k], b, i0, len, s.s[k], cfg, state_key(cfg, slot, k), s);
     }
   }
   return skipped;
@@ -420,7 +433,15 @@ OptimBlockFn select_optim(OptimKind k, DType p, DType g) {
 namespace octopt::cpu {
 const Kernels& OCTOPT_KERNELS_FN() {
   static const Kernels k{OCTOPT_ISA_NAME, &OCTOPT_ISA_NS::quantize, &OCTOPT_ISA_NS::dequantize,
-                         &OCTOPT_ISA_NS::select_optim, &OCTOPT_ISA_NS::count_nonfinite};
+                         &OCTOPT_ISA_NS::select_optim, &OCTOPT_ISA_NS::count_nonfinite, false};
   return k;
 }
+#if defined(OCTOPT_ISA_AVX512)
+// The same kernels, decoding 8-bit codes with AVX-512 VBMI byte tables.
+const Kernels& kernels_avx512vbmi() {
+  static const Kernels k{"avx512vbmi", &OCTOPT_ISA_NS::quantize, &OCTOPT_ISA_NS::dequantize,
+                         &OCTOPT_ISA_NS::select_optim, &OCTOPT_ISA_NS::count_nonfinite, true};
+  return k;
+}
+#endif
 }  // namespace octopt::cpu

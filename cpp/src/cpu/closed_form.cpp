@@ -1,0 +1,151 @@
+// Builds the closed-form encoder's tables (closed_form.hpp) from a prepared map.
+#include "cpu/closed_form.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace octopt::cpu {
+namespace {
+
+// One side of the map (r > 0 or r <= 0), as the codes met when |r| grows from 0.
+struct Side {
+  std::vector<int> codes;  // codes[0] is the zero entry
+  bool positive;
+};
+
+// The magnitude at which |r| moves from codes[i] to codes[i + 1]: r >= t on the positive side is
+// |r| >= t; r < t (t < 0) on the negative side is |r| > -t, i.e. |r| >= the next float above -t.
+struct Boundary {
+  float magnitude;
+};
+
+Boundary boundary(const Codebook& cb, const Side& s, std::size_t i) {
+  if (s.positive) return {cb.thresholds[s.codes[i]]};  // between codes[i] and codes[i] + 1
+  const float t = cb.thresholds[s.codes[i + 1]];       // between codes[i] - 1 and codes[i]; negative
+  return {std::nextafter(-t, std::numeric_limits<float>::infinity())};
+}
+
+float x_at(float a, float A, float B) { return a * A + B; }
+
+// |x - boundary integer| at the boundary between positions i and i + 1, with run (A, B).
+double boundary_error(const Codebook& cb, const Side& s, std::size_t i, float A, float B) {
+  const float x = x_at(boundary(cb, s, i).magnitude, A, B);
+  const int integer = std::max(s.codes[i], s.codes[i + 1]);
+  return std::fabs(double(x) - integer);
+}
+
+struct Run {
+  std::size_t first, last;  // positions in Side::codes
+  float A, B;
+};
+
+// A run from positions [first, last]: A, B put the values at code + 0.5.
+Run fit(const Codebook& cb, const Side& s, std::size_t first, std::size_t last) {
+  if (first == last) return {first, last, 0.0f, float(s.codes[first]) + 0.5f};
+  const double v0 = std::fabs(double(cb.values[s.codes[first]])), v1 = std::fabs(double(cb.values[s.codes[last]]));
+  const double A = double(s.codes[last] - s.codes[first]) / (v1 - v0);
+  const double B = s.codes[first] + 0.5 - v0 * A;
+  return {first, last, float(A), float(B)};
+}
+
+// The largest |x - boundary integer| over the boundaries inside the run.
+double run_error(const Codebook& cb, const Side& s, const Run& r) {
+  double err = 0.0;
+  for (std::size_t i = r.first; i < r.last; ++i) err = std::max(err, boundary_error(cb, s, i, r.A, r.B));
+  return err;
+}
+
+// Runs from the largest magnitude down (so a lone top entry such as 1.0 stays alone and each decade
+// of a dynamic map is one run); the zero entry is always a run of its own.
+std::vector<Run> split_runs(const Codebook& cb, const Side& s) {
+  constexpr double kFitTolerance = 0.01;
+  const auto mag = [&](std::size_t i) { return std::fabs(double(cb.values[s.codes[i]])); };
+  std::vector<Run> runs;
+  std::size_t last = s.codes.size() - 1;
+  while (last >= 1) {
+    // the longest stretch of equal gaps (cheap), then the exact check of its fit; where that fails
+    // (nearly equal gaps that drift), the run shrinks until the fit holds
+    std::size_t first = last;
+    if (first > 1) {
+      const double gap = mag(last) - mag(last - 1);
+      --first;
+      while (first > 1 && std::fabs((mag(first) - mag(first - 1)) / gap - 1.0) < 1e-3) --first;
+    }
+    Run r = fit(cb, s, first, last);
+    while (first < last && !(run_error(cb, s, r) <= kFitTolerance)) r = fit(cb, s, ++first, last);
+    runs.push_back(r);
+    last = first - 1;
+  }
+  runs.push_back(fit(cb, s, 0, 0));
+  std::reverse(runs.begin(), runs.end());
+  return runs;
+}
+
+// The bin tables of one side (bins side * kBins ...); false when a bin holds two run boundaries.
+bool fill_bins(const Codebook& cb, const Side& s, const std::vector<Run>& runs, int run0, float* up,
+               std::int32_t* run_at) {
+  for (int b = 0; b < kBins; ++b) {
+    const float lo = b == 0 ? 0.0f : std::ldexp(1.0f, 2 * b + kBinBias - 127);
+    const float hi = b == kBins - 1 ? std::numeric_limits<float>::infinity() : std::ldexp(1.0f, 2 * b + kBinBias - 125);
+    int below = 0, inside = 0;
+    float t = std::numeric_limits<float>::infinity();
+    for (std::size_t k = 0; k + 1 < runs.size(); ++k) {
+      const float m = boundary(cb, s, runs[k].last).magnitude;
+      if (m <= lo) {
+        ++below;
+      } else if (m < hi) {
+        ++inside;
+        t = m;
+      }
+    }
+    if (inside > 1) return false;
+    up[b] = t;
+    run_at[b] = run0 + below;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool build_closed_form(const Codebook& cb, ClosedForm& cf) {
+  cf = ClosedForm();
+  if (cb.zero_lo != cb.zero_hi) return false;  // no zero, or a repeated one
+  const int z = cb.zero_lo;
+  Side pos{{}, true}, neg{{}, false};
+  for (int c = z; c < cb.size; ++c) pos.codes.push_back(c);
+  for (int c = z; c >= 0; --c) neg.codes.push_back(c);
+  for (const Side* s : {&pos, &neg})
+    for (std::size_t i = 1; i < s->codes.size(); ++i)
+      if (!(std::fabs(cb.values[s->codes[i]]) > std::fabs(cb.values[s->codes[i - 1]]))) return false;
+  const std::vector<Run> rp = split_runs(cb, pos), rn = split_runs(cb, neg);
+  if (rp.size() + rn.size() > std::size_t(kMaxRuns)) return false;
+  double delta = 0.0;
+  int k = 0;
+  for (const auto* runs : {&rp, &rn}) {
+    const Side& s = runs == &rp ? pos : neg;
+    for (const Run& r : *runs) {
+      delta = std::max(delta, run_error(cb, s, r));
+      cf.A[k] = r.A;
+      cf.B[k] = r.B;
+      const int c0 = s.codes[r.first], c1 = s.codes[r.last];
+      cf.range[k] = std::min(c0, c1) | (std::max(c0, c1) << 16);
+      ++k;
+    }
+  }
+  // the positive zero run: a positive value below the first boundary takes the floor, if the map has one
+  if (cb.nonzero_floor >= 0) {
+    cf.B[0] = float(cb.nonzero_floor) + 0.5f;
+    cf.range[0] = cb.nonzero_floor | (cb.nonzero_floor << 16);
+  }
+  if (!fill_bins(cb, pos, rp, 0, cf.up, cf.run)) return false;
+  if (!fill_bins(cb, neg, rn, int(rp.size()), cf.up + kBins, cf.run + kBins)) return false;
+  if (!(delta < 0.125)) return false;
+  // a little above the measured worst case, so that no lane sits exactly on the margin
+  cf.delta = float(delta) * 1.0001f + 1e-7f;
+  cf.valid = true;
+  return true;
+}
+
+}  // namespace octopt::cpu
