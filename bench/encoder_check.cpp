@@ -25,7 +25,7 @@ namespace {
 
 using octopt::Codebook;
 
-constexpr int kBlock = 256;                      // element 0 of each block is 1.0, so absmax = 1 and r = x
+constexpr int kBlock = 256;  // element 0 of each block is 1.0, so absmax = 1 and r = x
 constexpr std::int64_t kBlocksPerBatch = 4096;
 constexpr std::uint32_t kOneBits = 0x3f800000u;  // 1.0f: the largest magnitude checked
 
@@ -63,8 +63,8 @@ void check_range(const Codebook& cb, const octopt::cpu::Kernels& fast, std::uint
     const std::int64_t blocks = (n + kBlock - 1) / kBlock;
     fast.quantize(x.data(), octopt::DType::f32, n, cb, kBlock, 8, octopt::Rounding::nearest, 0, ca.data(), amax.data(),
                   0, blocks);
-    base.quantize(x.data(), octopt::DType::f32, n, cb, kBlock, 8, octopt::Rounding::nearest, 0, cb2.data(),
-                  amax.data(), 0, blocks);
+    base.quantize(x.data(), octopt::DType::f32, n, cb, kBlock, 8, octopt::Rounding::nearest, 0, cb2.data(), amax.data(),
+                  0, blocks);
     std::uint64_t bad = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       if (i % kBlock == 0 || ca[std::size_t(i)] == cb2[std::size_t(i)]) continue;
@@ -133,8 +133,8 @@ int main(int argc, char** argv) {
         });
         check_range(cb, fast, sign, nearby, 0, near.size(), t);
       }
-      std::printf("%-8s map%-11s closed form %-3s delta %.3g: %llu floats checked, %llu differ", is_signed ? "signed" : "unsigned",
-                  floor ? " + floor" : "", closed ? "yes" : "no", double(cf.delta),
+      std::printf("%-8s map%-11s closed form %-3s delta %.3g: %llu floats checked, %llu differ",
+                  is_signed ? "signed" : "unsigned", floor ? " + floor" : "", closed ? "yes" : "no", double(cf.delta),
                   static_cast<unsigned long long>(t.checked.load()), static_cast<unsigned long long>(t.differ.load()));
       if (t.differ.load()) {
         std::printf(" (first: bits 0x%08x)", t.first_bad.load());

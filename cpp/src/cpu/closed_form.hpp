@@ -26,7 +26,7 @@ constexpr int kBinBias = 96;
 constexpr int kMaxRuns = 32;  // runs of both signs together
 
 struct ClosedForm {
-  alignas(64) float up[2 * kBins];         // the next run up (larger |r|) when |r| >= up[bin]
+  alignas(64) float up[2 * kBins];          // the next run up (larger |r|) when |r| >= up[bin]
   alignas(64) std::int32_t run[2 * kBins];  // the run at the bin's low end
   alignas(64) float A[kMaxRuns];            // code = trunc(|r| * A[run] + B[run]), clamped to range
   alignas(64) float B[kMaxRuns];

@@ -35,8 +35,9 @@ const Kernels* choose(const std::string& forced) {
   if (!forced.empty()) {
     const Kernels* k = by_name(forced);
     if (!k)
-      throw std::invalid_argument("OCTOPT_ISA: '" + forced +
-                                  "' is not available here (choose baseline, avx2, avx512 or avx512vbmi as the CPU allows)");
+      throw std::invalid_argument(
+          "OCTOPT_ISA: '" + forced +
+          "' is not available here (choose baseline, avx2, avx512 or avx512vbmi as the CPU allows)");
     return k;
   }
   for (const char* n : {"avx512vbmi", "avx512", "avx2"})

@@ -23,7 +23,7 @@ struct Levels {
   alignas(64) float lvl[256];   // the decision thresholds, by level (nearest rounding)
   alignas(64) float vals[256];  // the map values, by level (stochastic rounding brackets r by them)
   int size;
-  bool simd;  // the sign rule is a no-op for this map, so the plain search is the whole answer
+  bool simd;      // the sign rule is a no-op for this map, so the plain search is the whole answer
   ClosedForm cf;  // valid: 256-entry maps of evenly spaced runs (the dynamic maps) encode by formula
   alignas(64) std::uint8_t planes[4][256];  // byte k of values[c] (little-endian), for byte-table decoding
 };
@@ -279,7 +279,7 @@ inline void closed_form16(const ClosedFormRegs& R, const __m512* r, __m512i* cod
                          _mm512_permutex2var_ps(R.B[0], run[u], R.B[1]));
   for (int u = 0; u < U; ++u) {
     const __m512 d = _mm512_reduce_ps(x[u], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);  // x - nearest integer
-    unsure[u] = _mm512_cmp_ps_mask(_mm512_abs_ps(d), R.delta, _CMP_NGT_UQ);                 // NaN (r not finite) too
+    unsure[u] = _mm512_cmp_ps_mask(_mm512_abs_ps(d), R.delta, _CMP_NGT_UQ);                  // NaN (r not finite) too
     const __m512i range = _mm512_permutex2var_epi32(R.range[0], run[u], R.range[1]);
     code[u] = _mm512_min_epi32(
         _mm512_max_epi32(_mm512_cvttps_epi32(x[u]), _mm512_and_si512(range, _mm512_set1_epi32(0xffff))),
@@ -322,11 +322,11 @@ inline void encode_block_closed_form(const Codebook& cb, const Levels& L, const 
 // interleaved into floats. The codes are first permuted so that the interleave (which works within
 // 128-bit lanes) puts the floats back in order. Not inlined: only this function uses VBMI.
 __attribute__((target("avx512vbmi"), noinline)) inline void decode256_vbmi(const Levels& L, const std::uint8_t* codes,
-                                                                          int len, float a, float* out) {
-  alignas(64) static const std::uint8_t kOrder[64] = {
-      0,  1,  2,  3,  16, 17, 18, 19, 32, 33, 34, 35, 48, 49, 50, 51, 4,  5,  6,  7,  20, 21,
-      22, 23, 36, 37, 38, 39, 52, 53, 54, 55, 8,  9,  10, 11, 24, 25, 26, 27, 40, 41, 42, 43,
-      56, 57, 58, 59, 12, 13, 14, 15, 28, 29, 30, 31, 44, 45, 46, 47, 60, 61, 62, 63};
+                                                                           int len, float a, float* out) {
+  alignas(64) static const std::uint8_t kOrder[64] = {0,  1,  2,  3,  16, 17, 18, 19, 32, 33, 34, 35, 48, 49, 50, 51,
+                                                      4,  5,  6,  7,  20, 21, 22, 23, 36, 37, 38, 39, 52, 53, 54, 55,
+                                                      8,  9,  10, 11, 24, 25, 26, 27, 40, 41, 42, 43, 56, 57, 58, 59,
+                                                      12, 13, 14, 15, 28, 29, 30, 31, 44, 45, 46, 47, 60, 61, 62, 63};
   const __m512i order = _mm512_load_si512(kOrder);
   __m512i P[4][4];
   for (int k = 0; k < 4; ++k)

@@ -32,8 +32,8 @@ struct Kernels {
 };
 
 const Kernels& kernels_baseline();
-const Kernels& kernels_avx2();    // only on x86-64 builds
-const Kernels& kernels_avx512();  // only on x86-64 builds
+const Kernels& kernels_avx2();        // only on x86-64 builds
+const Kernels& kernels_avx512();      // only on x86-64 builds
 const Kernels& kernels_avx512vbmi();  // only on x86-64 builds: kernels_avx512 with VBMI decoding
 
 // The variant in use: OCTOPT_ISA=baseline|avx2|avx512|avx512vbmi when set (and supported), else the best

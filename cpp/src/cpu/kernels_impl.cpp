@@ -247,8 +247,8 @@ std::uint64_t state_key(const StepConfig& cfg, const StepTensor& slot, int which
   return step_stream_key(cfg.seed, slot.rng_stream, std::uint64_t(cfg.step), which);
 }
 
-void load_state(const StateBuffer& st, const Codebook* cbs, const Levels& L, bool vbmi, std::int64_t b,
-                std::int64_t i0, int len, float* out, std::uint8_t* codes) {
+void load_state(const StateBuffer& st, const Codebook* cbs, const Levels& L, bool vbmi, std::int64_t b, std::int64_t i0,
+                int len, float* out, std::uint8_t* codes) {
   if (st.bits == 32) {
     std::memcpy(out, static_cast<const float*>(st.data) + i0, sizeof(float) * std::size_t(len));
     return;
@@ -432,15 +432,23 @@ OptimBlockFn select_optim(OptimKind k, DType p, DType g) {
 
 namespace octopt::cpu {
 const Kernels& OCTOPT_KERNELS_FN() {
-  static const Kernels k{OCTOPT_ISA_NAME, &OCTOPT_ISA_NS::quantize, &OCTOPT_ISA_NS::dequantize,
-                         &OCTOPT_ISA_NS::select_optim, &OCTOPT_ISA_NS::count_nonfinite, false};
+  static const Kernels k{OCTOPT_ISA_NAME,
+                         &OCTOPT_ISA_NS::quantize,
+                         &OCTOPT_ISA_NS::dequantize,
+                         &OCTOPT_ISA_NS::select_optim,
+                         &OCTOPT_ISA_NS::count_nonfinite,
+                         false};
   return k;
 }
 #if defined(OCTOPT_ISA_AVX512)
 // The same kernels, decoding 8-bit codes with AVX-512 VBMI byte tables.
 const Kernels& kernels_avx512vbmi() {
-  static const Kernels k{"avx512vbmi", &OCTOPT_ISA_NS::quantize, &OCTOPT_ISA_NS::dequantize,
-                         &OCTOPT_ISA_NS::select_optim, &OCTOPT_ISA_NS::count_nonfinite, true};
+  static const Kernels k{"avx512vbmi",
+                         &OCTOPT_ISA_NS::quantize,
+                         &OCTOPT_ISA_NS::dequantize,
+                         &OCTOPT_ISA_NS::select_optim,
+                         &OCTOPT_ISA_NS::count_nonfinite,
+                         true};
   return k;
 }
 #endif
