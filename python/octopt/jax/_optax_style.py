@@ -195,6 +195,19 @@ sgd = _factory(
 )
 
 
+def _rmsprop_momentum(schedule: Callable) -> Callable:
+    """optax scales by the learning rate before its trace (t_k = m t_(k-1) + lr_k u_k), torch (the core)
+    after (s_k = m s_(k-1) + u_k, step lr_k s_k). With a schedule the two agree when the core's momentum is
+    m lr_(k-1) / lr_k: its buffer is then optax's trace over lr_k. A step whose rate is 0 resets it."""
+
+    def derive(count: Any, values: dict) -> dict:
+        lr, prev = values["learning_rate"], schedule(jnp.maximum(count - 1, 0))
+        ratio = jnp.where(lr > 0, jnp.asarray(prev, jnp.float32) / jnp.where(lr > 0, lr, 1.0), 0.0)
+        return dict(values, momentum=jnp.asarray(values["momentum"], jnp.float32) * ratio)
+
+    return derive
+
+
 def _rmsprop(fn: str, a: dict, layout: dict, maximize: bool) -> Transformation:
     _refuse(
         fn,
@@ -219,6 +232,7 @@ def _rmsprop(fn: str, a: dict, layout: dict, maximize: bool) -> Transformation:
         names={"square_avg": "nu", "momentum_buffer": "trace", "grad_avg": "mu"},
         initial={0: [(a["initial_scale"], "initial_scale")]},
         buffer=momentum is not None,
+        derive=_rmsprop_momentum(a["learning_rate"]) if momentum is not None and callable(a["learning_rate"]) else None,
     )
 
 
