@@ -133,7 +133,10 @@ def test_non_finite_traced_learning_rate_leaves_everything_unchanged(problem):
     update = jax.jit(lambda p, g, s: tx.update(g, s, p))
     updates, state = update(params, _on(GPU, grads[0]), state)
     params = optax.apply_updates(params, updates)
-    slots = {k: [(np.asarray(s.data), np.asarray(s.absmax)) for s in v] for k, v in ((k, state.inner_state.slot(k)) for k in state.inner_state.slots)}
+    slots = {
+        k: [(np.asarray(s.data), np.asarray(s.absmax)) for s in v]
+        for k, v in ((k, state.inner_state.slot(k)) for k in state.inner_state.slots)
+    }
     state.hyperparams["learning_rate"] = jax.device_put(jnp.asarray(np.nan, jnp.float32), GPU)
     updates, state = update(params, _on(GPU, grads[1]), state)
     for u in updates:

@@ -54,7 +54,9 @@ def test_bad_hyper_parameters(name, value, pattern):
 
 
 def test_rmsprop_alpha_below_one():
-    with pytest.raises(ValueError, match=r"^octopt.optax.rmsprop8bit: argument 'alpha' must be in \[0.0, 1.0\), got 1.0"):
+    with pytest.raises(
+        ValueError, match=r"^octopt.optax.rmsprop8bit: argument 'alpha' must be in \[0.0, 1.0\), got 1.0"
+    ):
         oo.rmsprop8bit(1e-3, alpha=1.0)
     oo.ademamix8bit(1e-3, alpha=5.0)  # AdEMAMix's alpha is a mixing weight
 

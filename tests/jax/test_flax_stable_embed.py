@@ -19,9 +19,7 @@ VOCAB, DIM = 512, 32
 
 def _tx():
     # the Dense kernel (32 x 512 = 16384 elements) is quantized; the table (512 x 32) would be too
-    return optax.multi_transform(
-        {"8bit": oo.adamw(3e-2, bits=8), "32bit": oo.adamw(3e-2)}, oo.stable_embedding_labels
-    )
+    return optax.multi_transform({"8bit": oo.adamw(3e-2, bits=8), "32bit": oo.adamw(3e-2)}, oo.stable_embedding_labels)
 
 
 def _data():

@@ -11,9 +11,9 @@ import pytest
 
 jax = pytest.importorskip("jax", reason="jax is not installed")
 optax = pytest.importorskip("optax", reason="optax is not installed")
+pytest.importorskip("optax.contrib", reason="optax.contrib is not installed")
 import jax.numpy as jnp  # noqa: E402
 import octopt.optax as oo  # noqa: E402
-import optax.contrib  # noqa: E402
 
 NAMES = ["adam", "adamw", "nadam", "nadamw", "lion", "sgd", "rmsprop", "adagrad", "lamb", "lars", "radam"]
 OCTOPT_EXTRAS = ["maximize", "bits", "block_size", "min_8bit_size", "first_moment_bits", "seed"]
@@ -41,7 +41,11 @@ CASES = {
     "adam_nesterov": (oo.adam, optax.adam, dict(nesterov=True)),
     "adamw": (oo.adamw, optax.adamw, dict(weight_decay=0.1)),
     "adamw_mask": (oo.adamw, optax.adamw, dict(weight_decay=0.1, mask={"w": True, "b": False, "e": True})),
-    "adamw_mask_fn": (oo.adamw, optax.adamw, dict(weight_decay=0.1, mask=lambda t: jax.tree.map(lambda x: x.ndim > 1, t))),
+    "adamw_mask_fn": (
+        oo.adamw,
+        optax.adamw,
+        dict(weight_decay=0.1, mask=lambda t: jax.tree.map(lambda x: x.ndim > 1, t)),
+    ),
     "nadam": (oo.nadam, optax.nadam, {}),
     "nadamw": (oo.nadamw, optax.nadamw, dict(weight_decay=0.05)),
     "lion": (oo.lion, optax.lion, dict(weight_decay=0.1)),
@@ -57,7 +61,11 @@ CASES = {
     "adagrad": (oo.adagrad, optax.adagrad, {}),
     "lamb": (oo.lamb, optax.lamb, dict(weight_decay=0.01, mask={"w": True, "b": False, "e": True})),
     "lars": (oo.lars, optax.lars, dict(weight_decay=0.01, trust_coefficient=0.01)),
-    "lars_wd_mask": (oo.lars, optax.lars, dict(weight_decay=0.01, weight_decay_mask={"w": True, "b": False, "e": False})),
+    "lars_wd_mask": (
+        oo.lars,
+        optax.lars,
+        dict(weight_decay=0.01, weight_decay_mask={"w": True, "b": False, "e": False}),
+    ),
     "radam": (oo.radam, optax.radam, {}),
     "ademamix": (oo.contrib.ademamix, optax.contrib.ademamix, dict(weight_decay=0.01)),
     "ademamix_schedules": (
@@ -75,7 +83,9 @@ def _problem(seed=0, steps=12):
         "b": jnp.asarray(rng.standard_normal((70,)), jnp.float32),
         "e": jnp.asarray(rng.standard_normal((5000,)), jnp.float32),
     }
-    grads = [jax.tree.map(lambda p: jnp.asarray(rng.standard_normal(p.shape), jnp.float32), params) for _ in range(steps)]
+    grads = [
+        jax.tree.map(lambda p: jnp.asarray(rng.standard_normal(p.shape), jnp.float32), params) for _ in range(steps)
+    ]
     return params, grads
 
 
@@ -145,7 +155,9 @@ def test_mu_dtype_stores_the_first_moment_like_optax(dtype):
 
 
 def test_mu_dtype_with_quantized_state_is_refused():
-    with pytest.raises(ValueError, match=r"^octopt.optax.adamw: argument 'mu_dtype' sets the dtype of 32-bit state, but bits=8"):
+    with pytest.raises(
+        ValueError, match=r"^octopt.optax.adamw: argument 'mu_dtype' sets the dtype of 32-bit state, but bits=8"
+    ):
         oo.adamw(1e-3, mu_dtype=jnp.bfloat16, bits=8)
     with pytest.raises(ValueError, match=r"^octopt.optax.lion: argument 'mu_dtype' .* first_moment_bits=4"):
         oo.lion(1e-3, mu_dtype="bfloat16", first_moment_bits=4)
@@ -158,7 +170,10 @@ def test_mu_dtype_with_quantized_state_is_refused():
     "call, pattern",
     [
         (lambda: oo.adam(1e-3, eps_root=1e-8), r"^octopt.optax.adam: argument 'eps_root'=1e-08 is not supported"),
-        (lambda: oo.rmsprop(1e-3), r"^octopt.optax.rmsprop: argument 'eps_in_sqrt'=True is not supported: .*eps_in_sqrt=False"),
+        (
+            lambda: oo.rmsprop(1e-3),
+            r"^octopt.optax.rmsprop: argument 'eps_in_sqrt'=True is not supported: .*eps_in_sqrt=False",
+        ),
         (lambda: oo.rmsprop(1e-3, eps_in_sqrt=False, bias_correction=True), r"'bias_correction'=True is not supported"),
         (lambda: oo.rmsprop(1e-3, eps_in_sqrt=False, momentum=0.9, nesterov=True), r"'nesterov'=True is not supported"),
         (lambda: oo.radam(1e-3, threshold=4.0), r"^octopt.optax.radam: argument 'threshold'=4.0 is not supported"),
@@ -188,7 +203,11 @@ def test_a_bad_mask_is_named():
 
 def test_tree_get_and_map_params_see_the_slots():
     params, grads = _problem(steps=1)
-    for tx, names in ((oo.adam(1e-3), ("mu", "nu")), (oo.adam(1e-3, bits=8), ("mu", "nu")), (oo.sgd(1e-3, 0.9), ("trace",))):
+    for tx, names in (
+        (oo.adam(1e-3), ("mu", "nu")),
+        (oo.adam(1e-3, bits=8), ("mu", "nu")),
+        (oo.sgd(1e-3, 0.9), ("trace",)),
+    ):
         state = tx.init(params)
         assert int(optax.tree.get(state, "count")) == 0
         for name in names:

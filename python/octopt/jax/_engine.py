@@ -202,10 +202,7 @@ class Engine:
             check_divisible(layout, fn, arg)
             layouts.append(layout)
             slot_trees.append(
-                [
-                    init_slot(layout, s, starts.get(s.index, 0.0), p, self.state_dtypes.get(s.index))
-                    for s in specs
-                ]
+                [init_slot(layout, s, starts.get(s.index, 0.0), p, self.state_dtypes.get(s.index)) for s in specs]
             )
         treedef = jax.tree_util.tree_structure(params)
         names = self.slot_names
@@ -318,16 +315,16 @@ class Engine:
             slots = [SlotState(d[i], a[i]) for d, a in zip(data, state.absmax)]
             _check_slots(slots, lay, fn, where, layout.slot_names, self._dtype)
             # 32-bit state kept in another dtype (mu_dtype) is stepped in float32 and stored back rounded
-            slots = [
-                SlotState(s.data.astype(jnp.float32), s.absmax) if s.data.dtype != jnp.uint8 else s for s in slots
-            ]
+            slots = [SlotState(s.data.astype(jnp.float32), s.absmax) if s.data.dtype != jnp.uint8 else s for s in slots]
             calls.setdefault((lay.mesh, decayed[i]), []).append((i, (p, g, slots, lay, i)))
         operands = {d: self._hp_operands(values, d) for d in set(decayed)}
         done = [None] * len(p_leaves)
         for (_mesh, decay), group in calls.items():
             hp_dynamic, hp_static, mask = operands[decay]
             call_attrs = dict(attrs, hp_static=hp_static, dynamic_mask=mask)
-            for (i, _), result in zip(group, step_tensors([t for _, t in group], hp_dynamic, step_no, call_attrs, mode)):
+            for (i, _), result in zip(
+                group, step_tensors([t for _, t in group], hp_dynamic, step_no, call_attrs, mode)
+            ):
                 done[i] = result
         outs = [d[0] for d in done]
         new_data, new_absmax = [], []

@@ -169,7 +169,9 @@ def _sgd(fn: str, a: dict, layout: dict, maximize: bool) -> Transformation:
     momentum = a["momentum"]
     hp = dict(learning_rate=a["learning_rate"], momentum=0.0 if momentum is None else momentum)
     flags = dict(maximize=maximize, nesterov=bool(a["nesterov"]) and momentum is not None)
-    dtypes = _state_dtypes(fn, "accumulator_dtype", a["accumulator_dtype"], layout, (0,)) if momentum is not None else {}
+    dtypes = (
+        _state_dtypes(fn, "accumulator_dtype", a["accumulator_dtype"], layout, (0,)) if momentum is not None else {}
+    )
     return make(
         "sgd",
         fn,
