@@ -34,7 +34,7 @@ class StableEmbed(nnx.Module):
     def __call__(self, inputs: Any) -> Any:
         if not jnp.issubdtype(jnp.asarray(inputs).dtype, jnp.integer):
             raise TypeError(f"octopt.flax.nnx.StableEmbed: argument 'inputs' must be integer ids, got {inputs.dtype}")
-        x = jnp.take(getattr(self, TABLE_NAME).value, inputs, axis=0)
+        x = jnp.take(getattr(self, TABLE_NAME)[...], inputs, axis=0)
         if self.dtype is not None:
             x = x.astype(self.dtype)
         return self.norm(x)
