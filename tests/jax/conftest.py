@@ -61,7 +61,7 @@ def _reference(kind: str, params: list, grads: list, lr: Any = 1e-2, **options: 
 def _transformation(kind: str, lr: Any = 1e-2, **options: Any) -> Any:
     import octopt.optax as oo
 
-    return getattr(oo, kind)(lr, **dict(KINDS[kind][1], **options))
+    return getattr(oo.torch_style, kind)(lr, **dict(KINDS[kind][1], **options))
 
 
 def _as_jax(arrays: list) -> list:
@@ -84,7 +84,7 @@ def _assert_state_equal(state: Any, ref: octopt.Optimizer) -> None:
     for i, t in enumerate(ref._tensors):
         for spec in t.specs:
             data, absmax = t.buffers[spec.index]
-            slot = state.slots[spec.name][i]
+            slot = state.slot(spec.name)[i]
             np.testing.assert_array_equal(np.asarray(slot.data).reshape(-1), data.reshape(-1))
             if absmax is not None:
                 np.testing.assert_array_equal(np.asarray(slot.absmax), absmax)

@@ -44,11 +44,11 @@ def test_state_restored_into_another_configuration_is_refused_at_update(problem,
     # flax restores arrays of any shape into the target; the step checks them against the layout
     p0, grads = problem(steps=1)
     blob = serialization.to_bytes(oo.adamw8bit(1e-2).init(as_jax(p0)))
-    tx4 = oo.adamw(1e-2, bits=4)
+    tx4 = oo.torch_style.adamw(1e-2, bits=4)
     restored = serialization.from_bytes(tx4.init(as_jax(p0)), blob)
     with pytest.raises(
         ValueError,
-        match=r"^octopt.optax.adamw.update: argument 'state' slot 'exp_avg' of "
+        match=r"^octopt.optax.torch_style.adamw.update: argument 'state' slot 'exp_avg' of "
         r"'params\[0\]' has uint8\[33, 130\] but this configuration needs "
         r"uint8\[2145\]",
     ):

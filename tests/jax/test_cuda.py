@@ -52,7 +52,7 @@ def _assert_same(a_params, a_state, b_params, b_state):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert set(a_state.slots) == set(b_state.slots)
     for name in a_state.slots:
-        for s, t in zip(a_state.slots[name], b_state.slots[name]):
+        for s, t in zip(a_state.slot(name), b_state.slot(name)):
             np.testing.assert_array_equal(np.asarray(s.data), np.asarray(t.data))
             np.testing.assert_array_equal(np.asarray(s.absmax), np.asarray(t.absmax))
     assert int(a_state.count) == int(b_state.count)
@@ -118,10 +118,10 @@ def test_fused_step_on_cuda_writes_over_the_donated_buffers(problem, transformat
     state = tx.init(params)
     for g in grads:
         ptrs = [p.unsafe_buffer_pointer() for p in params]
-        codes = [s.data.unsafe_buffer_pointer() for s in state.slots["exp_avg"]]
+        codes = [s.data.unsafe_buffer_pointer() for s in state.slot("exp_avg")]
         params, state = tx.step(params, _on(GPU, g), state)
         assert [p.unsafe_buffer_pointer() for p in params] == ptrs
-        assert [s.data.unsafe_buffer_pointer() for s in state.slots["exp_avg"]] == codes
+        assert [s.data.unsafe_buffer_pointer() for s in state.slot("exp_avg")] == codes
 
 
 def test_non_finite_traced_learning_rate_leaves_everything_unchanged(problem):
@@ -133,12 +133,16 @@ def test_non_finite_traced_learning_rate_leaves_everything_unchanged(problem):
     update = jax.jit(lambda p, g, s: tx.update(g, s, p))
     updates, state = update(params, _on(GPU, grads[0]), state)
     params = optax.apply_updates(params, updates)
-    slots = {k: [(np.asarray(s.data), np.asarray(s.absmax)) for s in v] for k, v in state.inner_state.slots.items()}
+    slots = {
+        k: [(np.asarray(s.data), np.asarray(s.absmax)) for s in v]
+        for k, v in ((k, state.inner_state.slot(k)) for k in state.inner_state.slots)
+    }
     state.hyperparams["learning_rate"] = jax.device_put(jnp.asarray(np.nan, jnp.float32), GPU)
     updates, state = update(params, _on(GPU, grads[1]), state)
     for u in updates:
         assert not np.asarray(u).any()
-    for k, v in state.inner_state.slots.items():
+    for k in state.inner_state.slots:
+        v = state.inner_state.slot(k)
         for (d, a), s in zip(slots[k], v):
             np.testing.assert_array_equal(np.asarray(s.data), d)
             np.testing.assert_array_equal(np.asarray(s.absmax), a)

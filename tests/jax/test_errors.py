@@ -24,7 +24,7 @@ def setup(problem, as_jax):
 @pytest.mark.parametrize("lr", (float("nan"), float("inf"), -1.0))
 def test_non_finite_or_negative_learning_rate(lr):
     pattern = "must be finite" if not np.isfinite(lr) else r"must be >= 0.0, got -1.0"
-    with pytest.raises(ValueError, match=rf"^octopt.optax.adamw: argument 'learning_rate' {pattern}"):
+    with pytest.raises(ValueError, match=rf"^octopt.optax.adamw8bit: argument 'learning_rate' {pattern}"):
         oo.adamw8bit(lr)
     with pytest.raises(ValueError, match="^octopt.optax.adam: argument 'learning_rate' "):
         oo.adam(jnp.asarray(lr))  # a concrete array is checked up front too
@@ -49,12 +49,14 @@ def test_traced_non_finite_learning_rate_fails_in_the_handler(problem, as_jax):
     ],
 )
 def test_bad_hyper_parameters(name, value, pattern):
-    with pytest.raises((TypeError, ValueError), match="^octopt.optax.adamw: " + pattern):
+    with pytest.raises((TypeError, ValueError), match="^octopt.optax.adamw8bit: " + pattern):
         oo.adamw8bit(1e-3, **{name: value})
 
 
 def test_rmsprop_alpha_below_one():
-    with pytest.raises(ValueError, match=r"^octopt.optax.rmsprop: argument 'alpha' must be in \[0.0, 1.0\), got 1.0"):
+    with pytest.raises(
+        ValueError, match=r"^octopt.optax.rmsprop8bit: argument 'alpha' must be in \[0.0, 1.0\), got 1.0"
+    ):
         oo.rmsprop8bit(1e-3, alpha=1.0)
     oo.ademamix8bit(1e-3, alpha=5.0)  # AdEMAMix's alpha is a mixing weight
 
@@ -78,23 +80,23 @@ def test_traced_layout_option_names_static_args(as_jax, problem):
 
 def test_wrong_tree_structure(setup):
     tx, params, grads, state = setup
-    with pytest.raises(ValueError, match=r"^octopt.optax.adamw.update: argument 'updates' has tree structure"):
+    with pytest.raises(ValueError, match=r"^octopt.optax.adamw8bit.update: argument 'updates' has tree structure"):
         tx.update(grads[:2], state, params)
     with pytest.raises(
         ValueError,
-        match=r"^octopt.optax.adamw.update: argument 'state' holds 3 parameters but "
+        match=r"^octopt.optax.adamw8bit.update: argument 'state' holds 3 parameters but "
         r"'params' has 2",
     ):
         tx.update(grads[:2], state, params[:2])
-    with pytest.raises(ValueError, match=r"^octopt.optax.adamw.step: argument 'grads' has tree structure"):
+    with pytest.raises(ValueError, match=r"^octopt.optax.adamw8bit.step: argument 'grads' has tree structure"):
         tx.step(params, {"a": grads[0]}, state)
-    with pytest.raises(TypeError, match=r"^octopt.optax.adamw.update: argument 'state' must be the OctoptState"):
+    with pytest.raises(TypeError, match=r"^octopt.optax.adamw8bit.update: argument 'state' must be the OctoptState"):
         tx.update(grads, optax.adamw(1e-3).init(params), params)
 
 
 def test_params_are_required(setup):
     tx, params, grads, state = setup
-    with pytest.raises(ValueError, match=r"^octopt.optax.adamw.update: argument 'params' is required"):
+    with pytest.raises(ValueError, match=r"^octopt.optax.adamw8bit.update: argument 'params' is required"):
         tx.update(grads, state)
 
 
@@ -105,7 +107,7 @@ def test_dtype_and_shape_mismatch(setup):
     with pytest.raises(
         TypeError,
         match=re.escape(
-            "octopt.optax.adamw.update: argument 'updates[1]' must be float32 "
+            "octopt.optax.adamw8bit.update: argument 'updates[1]' must be float32 "
             "or the parameter's dtype (float32), got float16"
         ),
     ):
@@ -118,7 +120,7 @@ def test_dtype_and_shape_mismatch(setup):
     with pytest.raises(
         TypeError,
         match=re.escape(
-            "octopt.optax.adamw.init: argument 'params[0]' must have dtype float32, float16 or bfloat16, got int32"
+            "octopt.optax.adamw8bit.init: argument 'params[0]' must have dtype float32, float16 or bfloat16, got int32"
         ),
     ):
         tx.init([jnp.zeros((3,), jnp.int32)])
@@ -132,7 +134,7 @@ def test_state_from_another_configuration(setup, as_jax, problem):
         r"configuration",
     ):
         oo.adamw(1e-2, bits=4).update(grads, state, params)
-    with pytest.raises(ValueError, match=r"^octopt.optax.adam.update: argument 'state' was made by another "):
+    with pytest.raises(ValueError, match=r"^octopt.optax.adam8bit.update: argument 'state' was made by another "):
         oo.adam8bit(1e-2).update(grads, state, params)
     other = oo.adamw8bit(1e-2).init(as_jax(problem(seed=1, steps=0, shapes=((33, 130), (4096,), (7,)))[0]))
     with pytest.raises(
@@ -168,9 +170,9 @@ def test_traced_initial_accumulator_value_names_static_args():
     tx = optax.inject_hyperparams(oo.adagrad)(learning_rate=1e-2, initial_accumulator_value=0.1)
     with pytest.raises(TypeError, match=r"'initial_accumulator_value' is traced.*static_args"):
         jax.jit(tx.init)(params)
-    static = optax.inject_hyperparams(oo.adagrad, static_args=("initial_accumulator_value",))
+    static = optax.inject_hyperparams(oo.adagrad, static_args=("initial_accumulator_value", "eps"))
     state = jax.jit(static(learning_rate=1e-2, initial_accumulator_value=0.1).init)(params)
-    assert float(state.inner_state.slots["sum"]["w"].data[0]) == pytest.approx(0.1)
+    assert float(state.inner_state.slot("sum_of_squares")["w"].data[0]) == pytest.approx(0.1)
 
 
 def test_float64_params_are_refused_clearly():

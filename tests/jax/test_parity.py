@@ -78,10 +78,10 @@ def test_fused_step_writes_over_the_donated_buffers(problem, transformation, as_
     state = tx.init(params)
     for g in grads:
         ptrs = [p.unsafe_buffer_pointer() for p in params]
-        codes = [s.data.unsafe_buffer_pointer() for s in state.slots["exp_avg"]]
+        codes = [s.data.unsafe_buffer_pointer() for s in state.slot("exp_avg")]
         params, state = tx.step(params, as_jax(g), state)
         assert [p.unsafe_buffer_pointer() for p in params] == ptrs
-        assert [s.data.unsafe_buffer_pointer() for s in state.slots["exp_avg"]] == codes
+        assert [s.data.unsafe_buffer_pointer() for s in state.slot("exp_avg")] == codes
     assert all(p.is_deleted() is False for p in params)
 
 

@@ -47,7 +47,7 @@ SCRIPT = textwrap.dedent("""
             else:
                 updates, state = update(g, state, params)
                 params = optax.apply_updates(params, updates)
-        codes = state.slots["exp_avg"]["w"]
+        codes = state.slot("exp_avg")["w"]
         want = NamedSharding(mesh, w_spec)
         assert params["w"].sharding.is_equivalent_to(want, 2), params["w"].sharding
         assert codes.data.sharding.is_equivalent_to(want, 2), codes.data.sharding
@@ -90,7 +90,7 @@ def test_lamb_refuses_sharded_params():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "octopt.optax.lamb.init: argument 'params['w']' is sharded" in r.stdout
+    assert "octopt.optax.lamb8bit.init: argument 'params['w']' is sharded" in r.stdout
 
 
 if __name__ == "__main__":  # pragma: no cover

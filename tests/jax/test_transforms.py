@@ -131,7 +131,7 @@ def test_training_with_8bit_state_converges_like_32bit_state():
     schedule = optax.cosine_decay_schedule(3e-2, 300)
     losses8, state = _train(oo.adamw8bit(schedule, weight_decay=0.0))
     losses32, _ = _train(oo.adamw(schedule, weight_decay=0.0))
-    assert state.slots["exp_avg"]["w"].data.dtype == jnp.uint8
+    assert state.slot("exp_avg")["w"].data.dtype == jnp.uint8
     assert losses8[-1] < 1e-2 * losses8[0]
     assert losses8[-1] < 1.5 * losses32[-1] + 1e-3, (losses8[-1], losses32[-1])
 

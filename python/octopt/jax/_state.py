@@ -68,11 +68,48 @@ class StateLayout:
 
 
 class OctoptState(NamedTuple):
-    """The state of an octopt.optax transformation."""
+    """The state of an octopt.optax transformation.
+
+    ``slots`` maps each state slot's name (optax's: ``mu``, ``nu``, ``trace``, ...; the ``*8bit`` and
+    ``torch_style`` transformations use torch's: ``exp_avg``, ...) to a tree with the parameters'
+    structure holding its values (32-bit state) or codes: the trees ``optax.tree.map_params`` and
+    ``optax.tree.get(state, "mu")`` find. ``absmax`` holds each quantized slot's scales, per slot (in
+    ``layout.slot_names`` order) a tuple with one float32 array per parameter (empty for 32-bit state)."""
 
     count: Any  # int32 scalar: steps taken
-    slots: dict  # slot name -> a tree shaped like the params with one SlotState per parameter
+    slots: dict  # slot name -> a tree shaped like the params with one data array per parameter
+    absmax: tuple  # per slot, a tuple of one absmax array per parameter
     layout: StateLayout  # static: no leaves
+
+    def slot(self, name: str) -> Any:
+        """The slot ``name`` as a tree shaped like the params with one ``SlotState(data, absmax)`` per
+        parameter."""
+        if name not in self.slots:
+            raise KeyError(f"OctoptState.slot: no slot {name!r}; this state has {list(self.slots)}")
+        leaves, treedef = jax.tree_util.tree_flatten(self.slots[name])
+        scales = self.absmax[self.layout.slot_names.index(name)]
+        return treedef.unflatten([SlotState(d, a) for d, a in zip(leaves, scales)])
+
+
+class NonParams:
+    """A leaf standing for the non-parameter parts of a state (absmax, layout) in the state that init
+    returns for optax.tree.map_params' placeholder (see placeholder_state)."""
+
+    def __repr__(self) -> str:
+        return "NonParams()"
+
+
+def is_placeholder(params: Any) -> bool:
+    """Whether ``params`` is the leafless placeholder optax.tree.map_params calls init with, to find the
+    trees shaped like the parameters in a state (optax's own masked transformation checks for it too)."""
+    cls = type(params)
+    return cls.__name__ == "_ParamsPlaceholder" and cls.__module__.startswith("optax")
+
+
+def placeholder_state(params: Any, names: tuple) -> OctoptState:
+    """The state init returns for map_params' placeholder: the placeholder in place of each slot's tree (the
+    trees the function maps over) and a leaf in place of the scales and the layout (state it does not)."""
+    return OctoptState(jnp.zeros([], jnp.int32), {name: params for name in names}, NonParams(), NonParams())
 
 
 def _padded(pspec: Any, ndim: int) -> tuple:
@@ -125,15 +162,16 @@ def _device(layout: LeafLayout, pspec: Any, like: Any) -> Any:
     return None
 
 
-def init_slot(layout: LeafLayout, spec: _layout.SlotSpec, init: float, like: Any) -> SlotState:
-    """A slot whose every value is ``init``, placed like the parameter ``like``. The arrays are
-    allocated by XLA (not wrapped NumPy memory) so that the fused step can donate them."""
+def init_slot(layout: LeafLayout, spec: _layout.SlotSpec, init: float, like: Any, dtype: Any = None) -> SlotState:
+    """A slot whose every value is ``init``, placed like the parameter ``like``; 32-bit state is stored in
+    ``dtype`` (None: float32). The arrays are allocated by XLA (not wrapped NumPy memory) so that the fused
+    step can donate them."""
     data_shape, absmax_shape = layout.slot_shapes(spec)
     data_spec, absmax_spec = layout.shardings(spec)
     data_dev, absmax_dev = _device(layout, data_spec, like), _device(layout, absmax_spec, like)
     if spec.bits == 32:
         return SlotState(
-            jnp.full(data_shape, init, jnp.float32, device=data_dev),
+            jnp.full(data_shape, init, jnp.float32 if dtype is None else dtype, device=data_dev),
             jnp.zeros(absmax_shape, jnp.float32, device=absmax_dev),
         )
     code, absmax = _layout.initial_fill(spec, init)
