@@ -128,16 +128,25 @@ inline __m512i mix64_x8(__m512i z) {
   return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
 }
 
-// uniform01(key, index0 + i) for i = 0..15, exactly as the scalar generator.
+// uniform01(key, index0 + i) for i = 0..15, exactly as the scalar generator. The Weyl sequence
+// key + (index + 1) * golden needs no multiply per lane: lane i adds i * golden to the first lane's
+// value (mod 2^64); the finalizer's last xor-shift leaves bits 40..63, the ones used, unchanged.
 inline __m512 uniform16(std::uint64_t key, std::uint64_t index0) {
-  const __m512i lane = _mm512_setr_epi64(1, 2, 3, 4, 5, 6, 7, 8);
-  const __m512i g = _mm512_set1_epi64(std::int64_t(kGolden64));
-  const __m512i base = _mm512_set1_epi64(std::int64_t(index0));
+  const std::uint64_t base = key + (index0 + 1) * kGolden64;
+  const __m512i b = _mm512_set1_epi64(std::int64_t(base));
+  const __m512i m1 = _mm512_set1_epi64(std::int64_t(0xBF58476D1CE4E5B9ull));
+  const __m512i m2 = _mm512_set1_epi64(std::int64_t(0x94D049BB133111EBull));
   __m256 h[2];
   for (int k = 0; k < 2; ++k) {
-    const __m512i idx = _mm512_add_epi64(_mm512_add_epi64(base, lane), _mm512_set1_epi64(8 * k));
-    const __m512i z = _mm512_add_epi64(_mm512_set1_epi64(std::int64_t(key)), _mm512_mullo_epi64(idx, g));
-    h[k] = _mm512_cvtepi64_ps(_mm512_srli_epi64(mix64_x8(z), 40));  // 24-bit integers: exact
+    const std::uint64_t g0 = kGolden64 * std::uint64_t(8 * k);
+    const __m512i lane = _mm512_setr_epi64(std::int64_t(g0), std::int64_t(g0 + kGolden64),
+                                           std::int64_t(g0 + 2 * kGolden64), std::int64_t(g0 + 3 * kGolden64),
+                                           std::int64_t(g0 + 4 * kGolden64), std::int64_t(g0 + 5 * kGolden64),
+                                           std::int64_t(g0 + 6 * kGolden64), std::int64_t(g0 + 7 * kGolden64));
+    __m512i z = _mm512_add_epi64(b, lane);
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), m1);
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), m2);
+    h[k] = _mm512_cvtepi64_ps(_mm512_srli_epi64(z, 40));  // 24-bit integers: exact
   }
   const __m512 u = _mm512_insertf32x8(_mm512_castps256_ps512(h[0]), h[1], 1);
   return _mm512_mul_ps(u, _mm512_set1_ps(5.9604644775390625e-08f));
@@ -160,10 +169,58 @@ inline __m512i stochastic_codes(const Codebook& cb, const Levels& L, __m512 r, _
   return apply_floor(cb, r, c);
 }
 
+// stochastic_codes for a 16-entry map, U vectors at a time stage by stage (each vector's search, lookups
+// and division are one long dependent chain), with the map in registers.
+template <int U>
+inline void stochastic16(const Codebook& cb, const Levels& L, const __m512* r, const __m512* u, __m512i* code) {
+  const __m512 l8 = _mm512_set1_ps(L.vals[0]), l4 = _mm512_maskz_loadu_ps(0x3, L.vals + 1);
+  const __m512 l2 = _mm512_maskz_loadu_ps(0xf, L.vals + 3), l1 = _mm512_maskz_loadu_ps(0xff, L.vals + 7);
+  const __m512 V = _mm512_loadu_ps(cb.values), last = _mm512_set1_ps(cb.values[15]);
+  const __m512i one = _mm512_set1_epi32(1), fifteen = _mm512_set1_epi32(15);
+  __m512i c[U];
+  for (int k = 0; k < U; ++k)
+    c[k] = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(l8, r[k], _CMP_LE_OQ), _mm512_set1_epi32(8));
+  for (int k = 0; k < U; ++k)
+    c[k] = _mm512_mask_add_epi32(
+        c[k], _mm512_cmp_ps_mask(_mm512_permutexvar_ps(_mm512_srli_epi32(c[k], 3), l4), r[k], _CMP_LE_OQ), c[k],
+        _mm512_set1_epi32(4));
+  for (int k = 0; k < U; ++k)
+    c[k] = _mm512_mask_add_epi32(
+        c[k], _mm512_cmp_ps_mask(_mm512_permutexvar_ps(_mm512_srli_epi32(c[k], 2), l2), r[k], _CMP_LE_OQ), c[k],
+        _mm512_set1_epi32(2));
+  for (int k = 0; k < U; ++k)
+    c[k] = _mm512_mask_add_epi32(
+        c[k], _mm512_cmp_ps_mask(_mm512_permutexvar_ps(_mm512_srli_epi32(c[k], 1), l1), r[k], _CMP_LE_OQ), c[k], one);
+  for (int k = 0; k < U; ++k) {
+    const __m512i cnt = _mm512_mask_add_epi32(c[k], _mm512_cmp_ps_mask(last, r[k], _CMP_LE_OQ), c[k], one);
+    const __m512i lo = _mm512_max_epi32(_mm512_sub_epi32(cnt, one), _mm512_setzero_si512());
+    const __m512i hi = _mm512_min_epi32(cnt, fifteen);
+    const __m512 vlo = _mm512_permutexvar_ps(lo, V), vhi = _mm512_permutexvar_ps(hi, V);
+    const __m512 p = _mm512_div_ps(_mm512_sub_ps(r[k], vlo), _mm512_sub_ps(vhi, vlo));
+    __m512i t = _mm512_mask_mov_epi32(lo, _mm512_cmp_ps_mask(u[k], p, _CMP_LT_OQ), cnt);
+    t = _mm512_mask_mov_epi32(t, _mm512_cmpeq_epi32_mask(cnt, _mm512_setzero_si512()), _mm512_setzero_si512());
+    t = _mm512_mask_mov_epi32(t, _mm512_cmpeq_epi32_mask(cnt, _mm512_set1_epi32(16)), fifteen);
+    code[k] = apply_floor(cb, r[k], t);
+  }
+}
+
 inline void encode_block_stochastic(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
                                     std::uint64_t key, std::int64_t i0, std::uint8_t* codes) {
   const __m512 vs = _mm512_set1_ps(scale);
-  for (int i = 0; i < len; i += 16) {
+  int i = 0;
+  if (cb.size == 16) {
+    for (; i + 64 <= len; i += 64) {
+      __m512 r[4], u[4];
+      __m512i c[4];
+      for (int k = 0; k < 4; ++k) {
+        r[k] = _mm512_div_ps(_mm512_loadu_ps(v + i + 16 * k), vs);
+        u[k] = uniform16(key, std::uint64_t(i0 + i + 16 * k));
+      }
+      stochastic16<4>(cb, L, r, u, c);
+      for (int k = 0; k < 4; ++k) _mm512_mask_cvtepi32_storeu_epi8(codes + i + 16 * k, 0xffff, c[k]);
+    }
+  }
+  for (; i < len; i += 16) {
     const __mmask16 m = len - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - i)) - 1u);
     const __m512 r = _mm512_div_ps(_mm512_maskz_loadu_ps(m, v + i), vs);
     const __m512 u = uniform16(key, std::uint64_t(i0 + i));

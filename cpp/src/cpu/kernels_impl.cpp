@@ -316,6 +316,8 @@ inline void prefetch_ahead(const StepTensor& slot, std::int64_t b, std::int64_t 
   }
 }
 
+#include "adam_blocks.hpp"
+
 template <OptimKind K, DType P, DType G>
 std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int64_t b0, std::int64_t b1,
                         OptimPhase phase, double* norms) {
@@ -326,6 +328,12 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
   for (int k = 0; k < kStates; ++k)
     if (slot.state[k].data && slot.state[k].bits != 32) levels[k] = &levels_for(cfg.codebooks[slot.state[k].codebook]);
   const bool vbmi = active().vbmi;
+#if defined(OCTOPT_ISA_AVX512)
+  if constexpr ((K == OptimKind::adam || K == OptimKind::adamw) && P == DType::f32 && G == DType::f32) {
+    if (phase == OptimPhase::single && adam_fused_applies(cfg, slot))
+      return adam_fused_blocks<K == OptimKind::adamw>(cfg, slot, levels, vbmi, b0, b1);
+  }
+#endif
   std::int64_t skipped = 0;
   // float32 parameters, gradients and 32-bit states are updated where they lie (no staging copy);
   // everything else goes through the per-thread block buffers.

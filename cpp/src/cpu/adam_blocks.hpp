@@ -1,0 +1,102 @@
+#pragma once
+// Adam and AdamW over float32 parameters and gradients with both moments quantized (8 or 4 bits,
+// absmax scaling): one pass per block on AVX-512. The gradient's finiteness check,
+// the moments' decode, the update with the block absmax of both new moments (in registers), and
+// their encode; the tables of both maps come once per chunk (levels_for). The arithmetic is
+// update_element's, operation for operation, so the results are those of the generic block loop.
+// Included by kernels_impl.cpp inside its ISA namespace, after the helpers it uses.
+
+#if defined(OCTOPT_ISA_AVX512)
+
+// Whether the fused path takes this tensor: both moments quantized with absmax scaling (percentile
+// scaling stays on the generic loop).
+inline bool adam_fused_applies(const StepConfig& cfg, const StepTensor& slot) {
+  if (percentile_clips(cfg.percentile)) return false;
+  for (int k = 0; k < 2; ++k) {
+    const StateBuffer& sb = slot.state[k];
+    if (!sb.data || sb.bits == 32) return false;
+  }
+  return true;
+}
+
+// max |v[i]| bits over i < len (the float whose pattern is the largest, as abs_max).
+inline std::uint32_t abs_max_bits16(const float* v, int len) {
+  const __m512i mask = _mm512_set1_epi32(0x7fffffff);
+  __m512i m = _mm512_setzero_si512();
+  int i = 0;
+  for (; i + 16 <= len; i += 16) m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_loadu_si512(v + i), mask));
+  if (i < len) {
+    const __mmask16 k = __mmask16((1u << (len - i)) - 1u);
+    m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_maskz_loadu_epi32(k, v + i), mask));
+  }
+  return std::uint32_t(_mm512_reduce_max_epu32(m));
+}
+
+template <bool kAdamW>
+std::int64_t adam_fused_blocks(const StepConfig& cfg, const StepTensor& slot, const Levels* const* levels, bool vbmi,
+                               std::int64_t b0, std::int64_t b1) {
+  OptimScratch& s = optim_scratch();
+  const SlotScalars& h = slot.scalars;
+  const int bs = slot.block_size;
+  const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i flip = _mm512_set1_epi32((h.flags & kMaximize) ? std::int32_t(0x80000000u) : 0);
+  const __m512 wd = _mm512_set1_ps(h.weight_decay), decay = _mm512_set1_ps(h.decay);
+  const float w = h.one_minus_beta1;
+  const bool low_w = w < 0.5f;  // rule_lerp's branch, the same for every element
+  const __m512 vw = _mm512_set1_ps(w), vw1 = _mm512_set1_ps(1.0f - w);
+  const __m512 beta2 = _mm512_set1_ps(h.beta2), omb2 = _mm512_set1_ps(h.one_minus_beta2);
+  const __m512 bc2s = _mm512_set1_ps(h.bc2_sqrt), eps = _mm512_set1_ps(h.eps), step = _mm512_set1_ps(h.step_size);
+  auto* const param = static_cast<float*>(slot.param);
+  const auto* const grad = static_cast<const float*>(slot.grad);
+  std::int64_t skipped = 0;
+  for (std::int64_t b = b0; b < b1; ++b) {
+    const std::int64_t i0 = b * bs;
+    const int len = int(std::min<std::int64_t>(bs, slot.n - i0));
+    prefetch_ahead<DType::f32, DType::f32, 2>(slot, b + kPrefetchBlocks, b1, bs);
+    const float* g = grad + i0;
+    if (!is_finite_abs(bits_f32(abs_max_bits16(g, len)))) {
+      ++skipped;
+      continue;
+    }
+    for (int k = 0; k < 2; ++k) load_state(slot.state[k], cfg.codebooks, *levels[k], vbmi, b, i0, len, s.s[k], s.codes);
+    float* p = param + i0;
+    float* m = s.s[0];
+    float* v = s.s[1];
+    __m512i amax_m = _mm512_setzero_si512(), amax_v = _mm512_setzero_si512();
+    for (int i = 0; i < len; i += 16) {
+      const __mmask16 k = len - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - i)) - 1u);
+      __m512 gg = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(k, g + i)), flip));
+      __m512 pp = _mm512_maskz_loadu_ps(k, p + i);
+      __m512 mm = _mm512_maskz_loadu_ps(k, m + i);
+      __m512 vv = _mm512_maskz_loadu_ps(k, v + i);
+      if (kAdamW)
+        pp = _mm512_mul_ps(pp, decay);
+      else
+        gg = _mm512_add_ps(gg, _mm512_mul_ps(wd, pp));
+      const __m512 diff = _mm512_sub_ps(gg, mm);
+      mm = low_w ? _mm512_add_ps(mm, _mm512_mul_ps(vw, diff)) : _mm512_sub_ps(gg, _mm512_mul_ps(diff, vw1));
+      vv = _mm512_add_ps(_mm512_mul_ps(vv, beta2), _mm512_mul_ps(_mm512_mul_ps(omb2, gg), gg));
+      const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), bc2s), eps);
+      pp = _mm512_sub_ps(pp, _mm512_mul_ps(step, _mm512_div_ps(mm, denom)));
+      _mm512_mask_storeu_ps(p + i, k, pp);
+      _mm512_mask_storeu_ps(m + i, k, mm);
+      _mm512_mask_storeu_ps(v + i, k, vv);
+      amax_m = _mm512_mask_max_epu32(amax_m, k, amax_m, _mm512_and_si512(_mm512_castps_si512(mm), absmask));
+      amax_v = _mm512_mask_max_epu32(amax_v, k, amax_v, _mm512_and_si512(_mm512_castps_si512(vv), absmask));
+    }
+    const float amax[2] = {bits_f32(std::uint32_t(_mm512_reduce_max_epu32(amax_m))),
+                           bits_f32(std::uint32_t(_mm512_reduce_max_epu32(amax_v)))};
+    for (int k = 0; k < 2; ++k) {
+      const StateBuffer& sb = slot.state[k];
+      sb.absmax[b] = amax[k];
+      auto* dst = static_cast<std::uint8_t*>(sb.data);
+      std::uint8_t* out = sb.bits == 8 ? dst + i0 : s.codes;
+      encode_codes(cfg.codebooks[sb.codebook], *levels[k], s.s[k], len, amax[k] > 0.0f ? amax[k] : 1.0f, false,
+                   cfg.stochastic_state || sb.stochastic, state_key(cfg, slot, k), i0, out);
+      if (sb.bits == 4) pack4(s.codes, len, dst + i0 / 2);
+    }
+  }
+  return skipped;
+}
+
+#endif
