@@ -2,7 +2,9 @@
 // Adam and AdamW over float32 parameters and gradients with both moments quantized (8 or 4 bits,
 // absmax scaling): one pass per block on AVX-512. The gradient's finiteness check,
 // the moments' decode, the update with the block absmax of both new moments (in registers), and
-// their encode; the tables of both maps come once per chunk (levels_for). The arithmetic is
+// their encode; the tables of both maps come once per chunk (levels_for). No software prefetch: the
+// four streams are sequential and the hardware prefetchers keep up (measured at 2^24 parameters, one
+// thread: none 1.83 ns/param, 4 blocks ahead 1.84-1.89, 8 blocks 1.95). The arithmetic is
 // update_element's, operation for operation, so the results are those of the generic block loop.
 // Included by kernels_impl.cpp inside its ISA namespace, after the helpers it uses.
 
@@ -52,7 +54,6 @@ std::int64_t adam_fused_blocks(const StepConfig& cfg, const StepTensor& slot, co
   for (std::int64_t b = b0; b < b1; ++b) {
     const std::int64_t i0 = b * bs;
     const int len = int(std::min<std::int64_t>(bs, slot.n - i0));
-    prefetch_ahead<DType::f32, DType::f32, 2>(slot, b + kPrefetchBlocks, b1, bs);
     const float* g = grad + i0;
     if (!is_finite_abs(bits_f32(abs_max_bits16(g, len)))) {
       ++skipped;
