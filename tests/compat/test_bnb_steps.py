@@ -93,7 +93,9 @@ def test_every_8bit_state_dict_of_bitsandbytes_continues_like_bitsandbytes(bnb_r
             p.grad = g
         opt.step()
     if name != "Lion8bit":  # Lion's sign update hardly depends on the state over five steps
-        assert (fresh[0].detach() - case["params_after"][0]).norm() > 5 * (big.detach() - case["params_after"][0]).norm()
+        assert (fresh[0].detach() - case["params_after"][0]).norm() > 5 * (
+            big.detach() - case["params_after"][0]
+        ).norm()
 
 
 @pytest.mark.parametrize("name", SAME_MAPS)

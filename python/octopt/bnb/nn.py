@@ -60,8 +60,8 @@ class StableEmbedding(_XavierEmbedding):
             scale_grad_by_freq,
             sparse,
             _weight,
-            device,
-            dtype,
+            device=device,  # by keyword: torch's Embedding has _freeze before device
+            dtype=dtype,
         )
         self.norm = torch.nn.LayerNorm(embedding_dim, device=device)
         GlobalOptimManager.get_instance().register_module_override(self, "weight", {"optim_bits": 32})
@@ -87,7 +87,15 @@ class Embedding(_XavierEmbedding):
         device: Optional[device] = None,
     ) -> None:
         super().__init__(
-            num_embeddings, embedding_dim, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse, _weight, device=device
+            num_embeddings,
+            embedding_dim,
+            padding_idx,
+            max_norm,
+            norm_type,
+            scale_grad_by_freq,
+            sparse,
+            _weight,
+            device=device,
         )
         GlobalOptimManager.get_instance().register_module_override(self, "weight", {"optim_bits": 32})
 

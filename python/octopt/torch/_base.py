@@ -240,7 +240,9 @@ class TorchOptimizer(torch.optim.Optimizer):
                 keep.append(g)
             addresses[i] = g.data_ptr()
             dtypes[i] = code
-        core._step_addresses(addresses, dtypes)
+        p0 = core.tensors[0].param
+        stream = torch.cuda.current_stream(p0.device).cuda_stream if p0.is_cuda else 0
+        core._step_addresses(addresses, dtypes, stream)
 
     @staticmethod
     def _bad_grad(p: torch.Tensor, g: torch.Tensor, fn: str) -> None:

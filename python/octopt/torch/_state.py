@@ -362,7 +362,9 @@ def _from_bnb(core: Any, t: _TensorState, entry: dict, kind: str, where: str) ->
         v = _tensor(v, where, "state" + k)
         if row is not None:
             if v.dim() < 1 or v.shape[0] != 2:
-                raise ValueError(f"{where}: bitsandbytes' AdEMAMix 'state{k}' must have two rows, got shape {tuple(v.shape)}")
+                raise ValueError(
+                    f"{where}: bitsandbytes' AdEMAMix 'state{k}' must have two rows, got shape {tuple(v.shape)}"
+                )
             v = v[row]
         if v.dtype != torch.uint8:
             out += _into(core, t, spec, v, None, where)

@@ -59,6 +59,7 @@ class TorchaoAdam(TorchOptimizer):
             block_size=block_size,
             min_8bit_size=MIN_QUANTIZED_NUMEL,
             stochastic_bf16=bool(bf16_stochastic_round),
+            stochastic_rounding=False,  # torchao rounds its codes to the nearest
         )
 
     def add_param_group(self, param_group: dict) -> None:

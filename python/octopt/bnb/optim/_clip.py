@@ -132,7 +132,11 @@ def _update(opt: Any, t: Any, c: dict, p_old: torch.Tensor, g: torch.Tensor) -> 
 def loaded_extra(opt: Any, sd: Any, fn: str) -> list:
     """(destination, source) pairs of the clipping tensors of a bitsandbytes state dict."""
     out = []
-    if not isinstance(sd, dict) or not isinstance(sd.get("state"), dict) or not isinstance(sd.get("param_groups"), list):
+    if (
+        not isinstance(sd, dict)
+        or not isinstance(sd.get("state"), dict)
+        or not isinstance(sd.get("param_groups"), list)
+    ):
         return out  # the state dict's own checks name the problem
     ids = [i for h in sd["param_groups"] if isinstance(h, dict) for i in h.get("params", [])]
     for saved_id, p in zip(ids, opt._param_list()):

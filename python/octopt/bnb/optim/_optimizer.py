@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from ... import _hparams
+from ... import _hparams, _octopt
 from ...torch import _state as _torch_state
 from ...torch._base import TorchOptimizer, _core_class
 from . import _clip, _manager, _state
@@ -204,6 +204,19 @@ class BnbOptimizer(TorchOptimizer):
         if name == "rmsprop":  # bitsandbytes' rmsprop ignores momentum
             return dict(lr=c["lr"], alpha=b[0], eps=c["eps"], weight_decay=c["weight_decay"])
         return dict(lr=c["lr"], eps=c["eps"], weight_decay=c["weight_decay"])  # adagrad
+
+    def _check_param(self, p: torch.Tensor, fn: str, arg: str) -> None:
+        """As octopt.torch's, but CUDA parameters are taken where octopt was built with CUDA (stepped on the
+        current stream; the paged optimizers' state lives in managed memory)."""
+        if p.is_cuda and p.layout == torch.strided and _octopt.cuda_built():
+            if p.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+                raise TypeError(f"{fn}: argument '{arg}' must be float32, float16 or bfloat16, got {p.dtype}")
+            if not p.is_contiguous():
+                raise ValueError(
+                    f"{fn}: argument '{arg}' must be contiguous: octopt updates the parameter's memory in place"
+                )
+            return  # the core checks the device
+        TorchOptimizer._check_param(p, fn, arg)
 
     # -- laying out the state ----------------------------------------------------------------------
     def _ensure_core(self) -> None:

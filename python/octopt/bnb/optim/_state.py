@@ -109,9 +109,15 @@ def check_pairs(opt: Any, tensors: list) -> None:
             opt._pairs[id(t.param)] = (empty, torch.empty((2, 0), device=t.param.device) if eight else None)
             continue
         m1, m2 = t.buffers[0], t.buffers[2]
-        ok = rows is not None and rows[0][0].data_ptr() == m1[0].data_ptr() and rows[0][1].data_ptr() == m2[0].data_ptr()
+        ok = (
+            rows is not None and rows[0][0].data_ptr() == m1[0].data_ptr() and rows[0][1].data_ptr() == m2[0].data_ptr()
+        )
         if ok and m1[1] is not None:
-            ok = len(rows) == 2 and rows[1][0].data_ptr() == m1[1].data_ptr() and rows[1][1].data_ptr() == m2[1].data_ptr()
+            ok = (
+                len(rows) == 2
+                and rows[1][0].data_ptr() == m1[1].data_ptr()
+                and rows[1][1].data_ptr() == m2[1].data_ptr()
+            )
         if not ok:
             raise RuntimeError(
                 f"{type(opt).__name__}: the core allocated AdEMAMix's state in an unexpected order; "
