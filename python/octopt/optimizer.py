@@ -98,6 +98,7 @@ class Optimizer:
         percentile: float = 0.0,
         strict: bool = False,
         _state_factory: Any = None,
+        _signed_maps: bool = False,
         **options: Any,
     ):
         fn = type(self).__name__
@@ -130,6 +131,7 @@ class Optimizer:
             self.strict,
             self._alloc,
             fn,
+            signed_maps=bool(_signed_maps),  # octopt.bnb: bitsandbytes' maps for RMSprop and Adagrad
         )
         self._synced: list[tuple] = []  # per group: the values last handed to the core
         # Held for a whole step, so that a second thread is refused before anything changes.

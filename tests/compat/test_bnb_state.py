@@ -215,3 +215,18 @@ def test_octopt_torch_classes_import_every_bitsandbytes_8bit_state(make_bnb_stat
         first = {"Lion8bit": "exp_avg", "SGD8bit": "momentum_buffer", "AdEMAMix8bit": "m1"}[name]
         codes = q["state1"][0] if name == "AdEMAMix8bit" else q["state1"]
         assert torch.equal(opt.state[params[0]][first], codes), name
+
+
+@pytest.mark.parametrize("name", ["RMSprop8bit", "Adagrad8bit"])
+def test_one_state_rules_keep_bitsandbytes_signed_map(make_bnb_states, name):
+    """bitsandbytes quantizes RMSprop's and Adagrad's non-negative state with the signed map; octopt.bnb
+    does too (the core's signed_maps plan option), so their state dicts import code for code."""
+    case = torch.load(make_bnb_states.FIXTURE, weights_only=True)[name]
+    params = [torch.nn.Parameter(p.clone()) for p in case["params_at_save"]]
+    opt = getattr(obnb.optim, name)(params, **make_bnb_states.CASES[name])
+    opt.load_state_dict(case["state_dict"])
+    q = case["state_dict"]["state"][0][NESTED]
+    st = opt.state[params[0]]
+    assert torch.equal(st["state1"], q["state1"]) and torch.equal(st["absmax1"], q["absmax1"])
+    assert torch.equal(st["qmap1"], q["qmap1"])
+    assert opt.state_layout()[0]["slots"][next(iter(opt.state_layout()[0]["slots"]))]["map"] == "dynamic_signed_8"

@@ -20,7 +20,8 @@ FORMAT = 1
 BNB_NESTED = "__bnb_optimizer_quant_state__"  # bitsandbytes >= 0.45 nests its quantization tensors here
 # Where bitsandbytes keeps each of octopt's state slots: (its state number, the row of a two-row state).
 # bitsandbytes' 8-bit maps are octopt's dynamic maps, except that its one-state optimizers quantize
-# RMSprop's and Adagrad's (non-negative) state with the signed map: those are requantized on import.
+# RMSprop's and Adagrad's (non-negative) state with the signed map: octopt.torch requantizes those on
+# import (octopt.bnb keeps bitsandbytes' map and takes the codes as they are).
 # A slot absent here (RMSprop's momentum or centering) starts afresh.
 _ADAM = {"exp_avg": ("1", None), "exp_avg_sq": ("2", None)}
 _MOMENTUM = {"momentum_buffer": ("1", None)}

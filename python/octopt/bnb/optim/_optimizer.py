@@ -31,6 +31,10 @@ CORE_KIND = {
     "adagrad": "adagrad",
 }
 BLOCK_SIZE = 256  # bitsandbytes' block size of 8-bit state
+# bitsandbytes' one-state optimizers quantize every state with the signed dynamic map, the non-negative
+# sums of RMSprop and Adagrad too; octopt.bnb does the same so that it steps (and imports) their state
+# as bitsandbytes does (octopt's own RMSprop and Adagrad use the unsigned map)
+SIGNED_MAP_RULES = ("rmsprop", "adagrad")
 LAYOUT_CONFIG = ("optim_bits", "min_8bit_size")
 
 
@@ -225,6 +229,8 @@ class BnbOptimizer(TorchOptimizer):
         self.check_overrides()
         self.initialized = True
         self._core_opts = {"_state_factory": _state.StateFactory(self)}
+        if self._bnb_name in SIGNED_MAP_RULES:
+            self._core_opts["_signed_maps"] = True
         self._seen_version = self.mng.version
         for gi in range(len(self.param_groups)):
             self._build_group(gi)
