@@ -44,6 +44,8 @@ def before_step(opt: Any) -> tuple[dict, list]:
     after the step needs: (tensor, config, parameter norm, parameter before the step, gradient used)."""
     replace: dict[int, torch.Tensor] = {}
     unorm: list = []
+    if all(b.config["percentile_clipping"] >= 100 and b.config["max_unorm"] <= 0.0 for b in opt._buckets):
+        return replace, unorm  # the common case: nothing to do
     index = {id(t): i for i, t in enumerate(opt._core.tensors)}
     for b in opt._buckets:
         c = b.config

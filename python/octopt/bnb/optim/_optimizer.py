@@ -135,7 +135,7 @@ class BnbOptimizer(TorchOptimizer):
         self.args = args
         self.state = _state.StateView(self)  # type: ignore[assignment]
 
-    # the core class (named like this class) of the core optimizer bitsandbytes' update rule maps to
+    # octopt's core optimizer that bitsandbytes' update rule maps to
     @property
     def _core_kind(self) -> str:
         return CORE_KIND[self._bnb_name]
