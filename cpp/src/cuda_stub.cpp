@@ -18,6 +18,9 @@ void* device_malloc(std::size_t, int) { no_cuda(); }
 void device_free(void*, int) noexcept {}
 void copy_to_device(void*, const void*, std::size_t, int) { no_cuda(); }
 void copy_to_host(void*, const void*, std::size_t, int) { no_cuda(); }
+void* managed_malloc(std::size_t, int) { no_cuda(); }
+void managed_free(void*, int) noexcept {}
+void prefetch_to_device(const void*, std::size_t, int, std::uintptr_t) { no_cuda(); }
 
 void quantize_blockwise(const void*, DType, std::int64_t, const Codebook&, int, int, Rounding, std::uint64_t,
                         std::uint8_t*, float*, cudaStream_t) {

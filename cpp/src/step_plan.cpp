@@ -247,6 +247,8 @@ std::size_t StepPlan::add_tensor(int group, void* data, DType dtype, const std::
   t.shape = shape;
   t.group = group;
   t.layout = layout_tensor(p.kind, g.hp, g.layout, n, p.options.stochastic_rounding);
+  if (p.options.signed_maps)
+    for (SlotLayout& s : t.layout.slots) s.is_signed = true;
   StepTensor st;
   st.param = data;
   st.param_dtype = dtype;

@@ -59,15 +59,19 @@ class _TensorState:
 
 class _LikeAllocator:
     """The core's state allocator: arrays in the framework and on the device of the parameter being
-    added (set before each add_tensor)."""
+    added (set before each add_tensor). ``factory(count, dtype, param, info)``, when set, allocates instead
+    (the bitsandbytes namespace's paged and paired buffers)."""
 
-    __slots__ = ("like",)
+    __slots__ = ("like", "factory")
 
-    def __init__(self):
+    def __init__(self, factory: Any = None):
         self.like: tuple[Any, _arrays.ArrayInfo] | None = None
+        self.factory = factory
 
     def __call__(self, count: int, dtype: str) -> Any:
         param, info = self.like
+        if self.factory is not None:
+            return self.factory(count, dtype, param, info)
         return _arrays.empty(param, info, (count,), dtype)
 
 
@@ -93,6 +97,8 @@ class Optimizer:
         stochastic_bf16: bool = False,
         percentile: float = 0.0,
         strict: bool = False,
+        _state_factory: Any = None,
+        _signed_maps: bool = False,
         **options: Any,
     ):
         fn = type(self).__name__
@@ -115,7 +121,7 @@ class Optimizer:
         self.strict = bool(strict)
         self.param_groups: list[dict] = []
         self._tensors: list[_TensorState] = []
-        self._alloc = _LikeAllocator()
+        self._alloc = _LikeAllocator(_state_factory)
         self._plan = _octopt.StepPlan(
             self.kind,
             self.seed,
@@ -125,6 +131,7 @@ class Optimizer:
             self.strict,
             self._alloc,
             fn,
+            signed_maps=bool(_signed_maps),  # octopt.bnb: bitsandbytes' maps for RMSprop and Adagrad
         )
         self._synced: list[tuple] = []  # per group: the values last handed to the core
         # Held for a whole step, so that a second thread is refused before anything changes.

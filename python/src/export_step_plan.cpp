@@ -76,13 +76,14 @@ class PyStepPlan {
  public:
   // stochastic_rounding: None (4-bit states only), True or False.
   PyStepPlan(const std::string& kind, std::uint64_t seed, nb::object stochastic_rounding, bool stochastic_bf16,
-             float percentile, bool strict, nb::object make_array, const std::string& fn) {
+             float percentile, bool strict, nb::object make_array, const std::string& fn, bool signed_maps) {
     octopt::PlanOptions o;
     o.seed = seed;
     o.stochastic_rounding = stochastic_rounding.is_none() ? -1 : (nb::cast<bool>(stochastic_rounding) ? 1 : 0);
     o.stochastic_bf16 = stochastic_bf16;
     o.percentile = percentile;
     o.strict = strict;
+    o.signed_maps = signed_maps;
     alloc_ = std::make_shared<FrameworkAllocator>(std::move(make_array));
     plan_ = std::make_unique<octopt::StepPlan>(octopt::optim_def(kind).kind, o, alloc_, fn.c_str());
   }
@@ -246,9 +247,11 @@ void export_step_plan(nb::module_& m) {
       [](std::uintptr_t stream) { return octopt::cuda::end_capture_count_nodes(as_stream(stream)); },
       nb::arg("stream"));
   nb::class_<PyStepPlan>(m, "StepPlan")
-      .def(nb::init<const std::string&, std::uint64_t, nb::object, bool, float, bool, nb::object, const std::string&>(),
+      .def(nb::init<const std::string&, std::uint64_t, nb::object, bool, float, bool, nb::object, const std::string&,
+                    bool>(),
            nb::arg("kind"), nb::arg("seed"), nb::arg("stochastic_rounding").none(), nb::arg("stochastic_bf16"),
-           nb::arg("percentile"), nb::arg("strict"), nb::arg("make_array"), nb::arg("fn"))
+           nb::arg("percentile"), nb::arg("strict"), nb::arg("make_array"), nb::arg("fn"),
+           nb::arg("signed_maps") = false)
       .def("add_group", &PyStepPlan::add_group, nb::arg("hparams"), nb::arg("layout"), nb::arg("fn"))
       .def(
           "set_hparams",

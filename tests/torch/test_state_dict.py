@@ -299,11 +299,11 @@ def test_bitsandbytes_import_into_other_layouts_and_errors(bnb_cases, make_bnb_s
     opt4 = ot.AdamW(params, bits=4, min_8bit_size=0, **make_bnb_state.CASES["AdamW8bit"])
     opt4.load_state_dict(sd)
     assert opt4.state_layout()[1]["slots"]["exp_avg"]["bits"] == 4
-    with pytest.raises(ValueError, match="supported for Adam and AdamW"):
+    with pytest.raises(ValueError, match="saved by a different optimizer"):
         ot.Lion8bit([torch.nn.Parameter(p.clone()) for p in case["params_at_save"]]).load_state_dict(sd)
     broken = copy.deepcopy(_flat(sd))
     del broken["state"][0]["absmax1"]
-    with pytest.raises(ValueError, match="has 8-bit 'state1' but lacks 'absmax1'"):
+    with pytest.raises(ValueError, match="has 8-bit 'state1' but neither 'absmax1' nor 'max1'"):
         ot.AdamW8bit([torch.nn.Parameter(p.clone()) for p in case["params_at_save"]]).load_state_dict(broken)
     broken = copy.deepcopy(_flat(sd))
     broken["state"][0]["qmap1"] = torch.flip(broken["state"][0]["qmap1"], (0,))

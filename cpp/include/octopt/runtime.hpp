@@ -1,6 +1,7 @@
 #pragma once
 // What this build of octopt is and what the machine under it offers.
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace octopt {
@@ -24,6 +25,13 @@ void* device_malloc(std::size_t bytes, int device);
 void device_free(void* p, int device) noexcept;
 void copy_to_device(void* dst, const void* src, std::size_t bytes, int device);
 void copy_to_host(void* dst, const void* src, std::size_t bytes, int device);
+// Managed (unified) memory, for paged optimizer state: its pages may be evicted to the host under
+// memory pressure and migrate back on access. prefetch_to_device moves them to `device` ahead of a
+// step, enqueued on `stream` (a cudaStream_t as an integer; 0: the legacy default stream); a device
+// without concurrent managed access migrates on demand instead and the call does nothing.
+void* managed_malloc(std::size_t bytes, int device);
+void managed_free(void* p, int device) noexcept;
+void prefetch_to_device(const void* p, std::size_t bytes, int device, std::uintptr_t stream);
 }  // namespace cuda
 
 }  // namespace octopt

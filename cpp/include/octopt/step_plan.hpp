@@ -41,6 +41,9 @@ struct PlanOptions {
   bool stochastic_bf16 = false;  // stochastic rounding of bf16 parameter writes
   float percentile = 0.0f;       // > 0: block scale = this percentile (0-100] of |x|
   bool strict = false;           // a non-finite gradient raises instead of skipping its block (CPU only)
+  // Every quantized slot in the signed map, as bitsandbytes' one-state optimizers keep RMSprop's and
+  // Adagrad's non-negative state (octopt.bnb sets it to step their state dicts as bitsandbytes does)
+  bool signed_maps = false;
 };
 
 // One state buffer of one tensor, as the plan laid it out.

@@ -125,7 +125,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         buckets: dict[tuple, tuple[dict, list]] = {}
         for j, p in enumerate(group["params"]):
             self._check_param(p, fn, f"params[{start + j}]")
-            ov = _override.get_override(p)
+            ov = self._param_override(p)
             buckets.setdefault(tuple(sorted(ov.items())), (ov, []))[1].append(p)
         for ov, _ in buckets.values():
             m = dict(merged)
@@ -148,6 +148,10 @@ class TorchOptimizer(torch.optim.Optimizer):
                 _override.mark_held(t.param, self)
         self._links.append(links)
         self._layout.append({k: group[k] for k in LAYOUT_KEYS})
+
+    def _param_override(self, p: torch.Tensor) -> dict:
+        """The options of this parameter beyond its group's (octopt.torch.override; subclasses add theirs)."""
+        return _override.get_override(p)
 
     @staticmethod
     def _check_param(p: torch.Tensor, fn: str, arg: str) -> None:
@@ -198,9 +202,15 @@ class TorchOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        core = self._core
-        if core is None:
+        if self._core is None:
             return loss
+        self._native_step(fn)
+        return loss
+
+    def _native_step(self, fn: str, replace: dict | None = None) -> None:
+        """Steps the core once from the parameters' gradients; ``replace`` maps a core tensor index to a
+        float32 gradient used instead of ``param.grad`` (the bitsandbytes namespace's clipped gradients)."""
+        core = self._core
         self._sync(fn)
         n = len(core.tensors)
         addresses, dtypes = [0] * n, [0] * n
@@ -213,7 +223,7 @@ class TorchOptimizer(torch.optim.Optimizer):
                     "(param.data = ..., or the model moved with .to() after the optimizer was "
                     "created); create the optimizer after moving the model"
                 )
-            g = p.grad
+            g = p.grad if replace is None else replace.get(i, p.grad)
             if g is None:
                 continue
             code = _DTYPE_CODES.get(g.dtype)
@@ -230,8 +240,9 @@ class TorchOptimizer(torch.optim.Optimizer):
                 keep.append(g)
             addresses[i] = g.data_ptr()
             dtypes[i] = code
-        core._step_addresses(addresses, dtypes)
-        return loss
+        p0 = core.tensors[0].param
+        stream = torch.cuda.current_stream(p0.device).cuda_stream if p0.is_cuda else 0
+        core._step_addresses(addresses, dtypes, stream)
 
     @staticmethod
     def _bad_grad(p: torch.Tensor, g: torch.Tensor, fn: str) -> None:
@@ -287,7 +298,7 @@ class TorchOptimizer(torch.optim.Optimizer):
     @torch._disable_dynamo
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores a state dict from state_dict(), from the matching torch.optim optimizer (its float32
-        states are quantized) or from bitsandbytes' Adam8bit/AdamW8bit (both layouts). Everything is
+        states are quantized) or from any bitsandbytes 8-bit or 32-bit optimizer (both layouts). Everything is
         validated before anything changes; tensors are copied onto the optimizer's device."""
         state_dict = state_dict.copy() if isinstance(state_dict, dict) else state_dict
         for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():

@@ -18,10 +18,27 @@ from ..optimizer import _TensorState
 
 FORMAT = 1
 BNB_NESTED = "__bnb_optimizer_quant_state__"  # bitsandbytes >= 0.45 nests its quantization tensors here
-# bitsandbytes' names of the two states of Adam/AdamW; its 8-bit maps are octopt's dynamic maps.
-BNB_SLOTS = {"adam": {"exp_avg": "1", "exp_avg_sq": "2"}, "adamw": {"exp_avg": "1", "exp_avg_sq": "2"}}
-# Per-tensor keys of a bitsandbytes state that carry nothing octopt needs (a scratch norm for max_unorm).
-BNB_IGNORED_STATE = ("unorm_vec",)
+# Where bitsandbytes keeps each of octopt's state slots: (its state number, the row of a two-row state).
+# bitsandbytes' 8-bit maps are octopt's dynamic maps, except that its one-state optimizers quantize
+# RMSprop's and Adagrad's (non-negative) state with the signed map: octopt.torch requantizes those on
+# import (octopt.bnb keeps bitsandbytes' map and takes the codes as they are).
+# A slot absent here (RMSprop's momentum or centering) starts afresh.
+_ADAM = {"exp_avg": ("1", None), "exp_avg_sq": ("2", None)}
+_MOMENTUM = {"momentum_buffer": ("1", None)}
+BNB_SLOTS = {
+    "adam": _ADAM,
+    "adamw": _ADAM,
+    "lamb": _ADAM,
+    "sgd": _MOMENTUM,
+    "lars": _MOMENTUM,
+    "lion": {"exp_avg": ("1", None)},
+    "rmsprop": {"square_avg": ("1", None)},
+    "adagrad": {"sum": ("1", None)},
+    "ademamix": {"m1": ("1", 0), "m2": ("1", 1), "nu": ("2", None)},
+}
+# Per-tensor keys of a bitsandbytes state that carry nothing octopt's state holds: the norm of the last
+# update (max_unorm) and the history of gradient norms (percentile_clipping; octopt.bnb imports it itself).
+BNB_IGNORED_STATE = ("unorm_vec", "gnorm_vec")
 # Group keys of bitsandbytes or torch.optim that octopt does not take over on import.
 FOREIGN_GROUP_KEYS = (
     "optim_bits",
@@ -314,39 +331,58 @@ def _into(core: Any, t: _TensorState, spec: Any, values: torch.Tensor, quant: tu
 def _from_bnb(core: Any, t: _TensorState, entry: dict, kind: str, where: str) -> list:
     if kind not in BNB_SLOTS:
         raise ValueError(
-            f"{where} is a bitsandbytes state; importing bitsandbytes state is supported for Adam and "
-            f"AdamW (8-bit or 32-bit), not for '{kind}'"
+            f"{where} is a bitsandbytes state; bitsandbytes has no '{kind}', so its state cannot be imported here"
         )
     flat = {k: v for k, v in entry.items() if k != BNB_NESTED}
     nested = entry.get(BNB_NESTED, {})
     if not isinstance(nested, dict):
         raise TypeError(f"{where}: '{BNB_NESTED}' must be a dict")
     flat.update(nested)
-    if "max1" in flat or "new_max1" in flat:
-        raise ValueError(
-            f"{where} is a bitsandbytes state quantized per tensor (block_wise=False); only block-wise "
-            "states can be imported"
-        )
-    known = {"step", "state1", "state2", "qmap1", "qmap2", "absmax1", "absmax2", *BNB_IGNORED_STATE}
+    known = {"step", *BNB_IGNORED_STATE}
+    known |= {f"{what}{k}" for what in ("state", "qmap", "absmax", "max", "new_max") for k in "12"}
     unknown = sorted(str(k) for k in flat if k not in known)
     if unknown:
         raise ValueError(f"{where} has bitsandbytes entries {unknown} that octopt cannot import")
+    slots = BNB_SLOTS[kind]
+    theirs = sorted(k for k in "12" if "state" + k in flat)
+    ours = sorted({k for k, _ in slots.values()})
+    if theirs != ours:
+        raise ValueError(
+            f"{where} holds bitsandbytes' {['state' + k for k in theirs]} but its '{kind}' keeps "
+            f"{['state' + k for k in ours]}; was it saved by a different optimizer?"
+        )
     out = []
     for spec in t.specs:
-        k = BNB_SLOTS[kind][spec.name]
+        if spec.name not in slots:
+            out += _initial(core, t, [spec.name])
+            continue
+        k, row = slots[spec.name]
         v = flat.get("state" + k)
         if v is None:
             raise ValueError(f"{where} lacks bitsandbytes' 'state{k}' ({spec.name})")
         v = _tensor(v, where, "state" + k)
+        if row is not None:
+            if v.dim() < 1 or v.shape[0] != 2:
+                raise ValueError(
+                    f"{where}: bitsandbytes' AdEMAMix 'state{k}' must have two rows, got shape {tuple(v.shape)}"
+                )
+            v = v[row]
         if v.dtype != torch.uint8:
             out += _into(core, t, spec, v, None, where)
             continue
-        for extra in ("absmax", "qmap"):
-            if flat.get(extra + k) is None:
-                raise ValueError(f"{where} has 8-bit 'state{k}' but lacks '{extra}{k}'")
+        qmap = flat.get("qmap" + k)
+        if qmap is None:
+            raise ValueError(f"{where} has 8-bit 'state{k}' but lacks 'qmap{k}'")
+        qmap = _tensor(qmap, where, "qmap" + k).to("cpu", torch.float32).reshape(-1)
+        if qmap.numel() != 256:
+            raise ValueError(f"{where}: 'qmap{k}' must hold 256 values, got {qmap.numel()}")
+        if flat.get("absmax" + k) is None:
+            out += _into(core, t, spec, _per_tensor(flat, k, row, v, qmap, where), None, where)
+            continue
         absmax = _tensor(flat["absmax" + k], where, "absmax" + k)
-        qmap = _tensor(flat["qmap" + k], where, "qmap" + k).to("cpu", torch.float32).numpy()
-        q = maps.resolve(qmap, 8, f"{where}: 'qmap{k}'", arg="qmap" + k)
+        if row is not None:
+            absmax = absmax[row] if absmax.dim() == 2 and absmax.shape[0] == 2 else absmax
+        q = maps.resolve(qmap.numpy(), 8, f"{where}: 'qmap{k}'", arg="qmap" + k)
         n = t.info.size
         # bitsandbytes' block-wise 8-bit optimizers use blocks of 256 (2048 in older releases)
         block_size = next((bs for bs in (256, 2048) if -(-n // bs) == absmax.numel()), None)
@@ -356,3 +392,18 @@ def _from_bnb(core: Any, t: _TensorState, entry: dict, kind: str, where: str) ->
             )
         out += _into(core, t, spec, v, (absmax, 8, block_size, q), where)
     return out
+
+
+def _per_tensor(flat: dict, k: str, row: Any, codes: torch.Tensor, qmap: torch.Tensor, where: str) -> torch.Tensor:
+    """The float32 values of a state that bitsandbytes quantized per tensor (block_wise=False, its
+    LAMB8bit's and LARS8bit's default before 0.45): qmap[code] * max, where 'max' is the scale the codes
+    were written with ('new_max' is the scratch of the next step)."""
+    scale = flat.get("max" + k)
+    if scale is None:
+        raise ValueError(f"{where} has 8-bit 'state{k}' but neither 'absmax{k}' nor 'max{k}'")
+    scale = _tensor(scale, where, "max" + k).to("cpu", torch.float32).reshape(-1)
+    if row is not None and scale.numel() == 2:
+        scale = scale[row : row + 1]
+    if scale.numel() != 1 or not bool(torch.isfinite(scale).all()) or float(scale) < 0:
+        raise ValueError(f"{where}: 'max{k}' must be one finite non-negative float32 value, got {scale.tolist()}")
+    return qmap[codes.to("cpu").reshape(-1).long()] * scale

@@ -1,0 +1,122 @@
+"""torchao.optim's low-bit Adam names with torchao's constructor arguments, stepped by octopt's core.
+
+``Adam8bit``/``AdamW8bit`` keep both moments in 8-bit block-wise dynamic codes (torchao's maps, blocks of
+256); ``Adam4bit``/``AdamW4bit`` in 4 bits (blocks of 128; octopt's 4-bit maps, see docs/migrating.md).
+As in torchao, a tensor keeps unquantized state unless it has at least 4096 elements and a whole number of
+blocks. ``Adam*`` add weight decay to the gradient (torch.optim.Adam); ``AdamW*`` decay decoupled.
+``bf16_stochastic_round`` rounds bfloat16 parameters stochastically. The learning rate of each param
+group is held as a tensor, as torchao holds it (change it with ``param_groups[i]["lr"].fill_(...)``; a
+float written there is taken too).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from .. import family as _family
+from ..torch._base import TorchOptimizer
+
+_P = inspect.Parameter
+MIN_QUANTIZED_NUMEL = 4096  # torchao (following bitsandbytes) quantizes tensors of at least this size
+
+# (name, decoupled weight decay, state bits, default block size, default weight decay)
+TABLE = (
+    ("Adam8bit", False, 8, 256, 0),
+    ("Adam4bit", False, 4, 128, 0),
+    ("AdamW8bit", True, 8, 256, 1e-2),
+    ("AdamW4bit", True, 4, 128, 1e-2),
+)
+
+
+class TorchaoAdam(TorchOptimizer):
+    """torchao's _AdamBase semantics over octopt's core (the subclasses set the state width)."""
+
+    _default_bits = 8
+
+    def __init__(self, params, lr, betas, eps, weight_decay, amsgrad, *, block_size, bf16_stochastic_round):
+        if not 0.0 <= lr:
+            raise ValueError("Invalid learning rate: {}".format(lr))
+        if not 0.0 <= eps:
+            raise ValueError("Invalid epsilon value: {}".format(eps))
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError("Invalid beta parameter at index 0: {}".format(betas[0]))
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError("Invalid beta parameter at index 1: {}".format(betas[1]))
+        if amsgrad:
+            raise ValueError(
+                f"{type(self).__name__}: argument 'amsgrad=True' is not supported (octopt keeps no "
+                "maximum of the second moment)"
+            )
+        self.block_size = block_size
+        self.bf16_stochastic_round = bf16_stochastic_round
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        super().__init__(
+            params,
+            defaults,
+            block_size=block_size,
+            min_8bit_size=MIN_QUANTIZED_NUMEL,
+            stochastic_bf16=bool(bf16_stochastic_round),
+            stochastic_rounding=False,  # torchao rounds its codes to the nearest
+        )
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        if not isinstance(group["lr"], torch.Tensor):
+            group["lr"] = torch.tensor(group["lr"], dtype=torch.float32)
+
+    def _param_override(self, p: torch.Tensor) -> dict:
+        ov = super()._param_override(p)
+        if p.numel() % self.block_size != 0 and "bits" not in ov:
+            ov = dict(ov, bits=32)  # torchao keeps a tensor of a partial last block unquantized
+        return ov
+
+
+def _make(name: str, decoupled: bool, bits: int, block_size: int, weight_decay: float) -> type:
+    sig = inspect.Signature(
+        [
+            _P("self", _P.POSITIONAL_OR_KEYWORD),
+            _P("params", _P.POSITIONAL_OR_KEYWORD),
+            _P("lr", _P.POSITIONAL_OR_KEYWORD, default=1e-3),
+            _P("betas", _P.POSITIONAL_OR_KEYWORD, default=(0.9, 0.999)),
+            _P("eps", _P.POSITIONAL_OR_KEYWORD, default=1e-8),
+            _P("weight_decay", _P.POSITIONAL_OR_KEYWORD, default=weight_decay),
+            _P("amsgrad", _P.POSITIONAL_OR_KEYWORD, default=False),
+            _P("block_size", _P.KEYWORD_ONLY, default=block_size),
+            _P("bf16_stochastic_round", _P.KEYWORD_ONLY, default=False),
+        ],
+        return_annotation=None,
+    )
+
+    def __init__(self: Any, *pos: Any, **kw: Any) -> None:
+        try:
+            bound = sig.bind(self, *pos, **kw)
+        except TypeError as e:
+            raise TypeError(f"{name}: {e}") from None
+        bound.apply_defaults()
+        a = dict(bound.arguments)
+        a.pop("self")
+        TorchaoAdam.__init__(self, **a)
+
+    __init__.__signature__ = sig  # type: ignore[attr-defined]
+    rule = "decoupled weight decay (AdamW)" if decoupled else "weight decay added to the gradient (Adam)"
+    doc = f"torchao's {name}: {bits}-bit block-wise state, {rule}, stepped by octopt's core."
+    return type(
+        name,
+        (TorchaoAdam,),
+        {
+            "__init__": __init__,
+            "__doc__": doc,
+            "__module__": __name__,
+            "_core_base": _family.AdamW if decoupled else _family.Adam,
+            "_default_bits": bits,
+        },
+    )
+
+
+ALL = tuple(_make(*row) for row in TABLE)
+globals().update({c.__name__: c for c in ALL})
+__all__ = [c.__name__ for c in ALL]
