@@ -62,7 +62,7 @@ def spec_of(p: torch.Tensor, kind: str, fn: str, arg: str) -> DistSpec | None:
     for pl in placements:
         if not isinstance(pl, (Shard, Replicate)):
             raise ValueError(
-                f"{fn}: argument '{arg}' is a DTensor with placement {pl}; octopt steps Shard and "
+                f"{fn}: argument '{arg}' is a DTensor with placement {type(pl).__name__} ({pl}); octopt steps Shard and "
                 "Replicate placements (a Partial parameter has no value to update)"
             )
     if kind in WHOLE_TENSOR_KINDS and any(isinstance(pl, Shard) for pl in placements):
