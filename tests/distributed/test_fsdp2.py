@@ -59,7 +59,7 @@ def test_fsdp2_trains_like_one_process_without_collectives_in_the_step(
     launch, dist_backend, dist_lib, one_process, world_size
 ):
     results = launch(dist_backend, world_size, fsdp_training)
-    start = dict(dist_lib.model().named_parameters())
+    start = {k: v.detach() for k, v in dist_lib.model().named_parameters()}
     n_params = sum(v.numel() for v in start.values())
     for bits in BITS:
         r = results[0][bits]
