@@ -189,3 +189,9 @@ def launch(tmp_path: Path) -> Callable[..., list]:
         return out
 
     return run
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_threaded(single_threaded_libraries) -> None:
+    """torch on one thread in the test process too, as on every rank: the single-process references then
+    run the same matrix kernels as the ranks (a thread count changes how a product's sums are split)."""

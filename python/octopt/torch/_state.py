@@ -103,6 +103,9 @@ def load_param_state(opt: Any, p: torch.Tensor, entry: Any) -> None:
         for dst, src in pending:
             dst.copy_(src.reshape(dst.shape))
     t.step = step
+    core = t._owner
+    if core.global_step < step:  # as load_state_dict does without octopt's metadata
+        core.global_step = step
     if mu is not None:
         mus = list(t._owner._plan.tensor_mu_products())
         mus[t._index] = mu
