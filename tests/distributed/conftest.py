@@ -82,22 +82,26 @@ class Rank:
 
 
 def _run_rank(rank: int, world_size: int, backend: str, device_type: str, folder: str, fn: Callable, args: tuple):
-    """The body of one rank: join the group, run the scenario, hand back its result."""
+    """The body of one rank: join the group (unless the scenario is a program that joins it itself, as
+    under torchrun: ``backend`` is then "none"), run the scenario, hand back its result."""
     torch.set_num_threads(1)  # 4 ranks on a small machine: torch's own pool would only spin
     import torch.distributed as d
 
     device = torch.device("cpu") if device_type == "cpu" else torch.device("cuda", rank)
     if device_type == "cuda":
         torch.cuda.set_device(device)
-    d.init_process_group(backend, init_method=f"file://{folder}/store", rank=rank, world_size=world_size)
+    if backend != "none":
+        d.init_process_group(backend, init_method=f"file://{folder}/store", rank=rank, world_size=world_size)
     try:
         lib = _load_lib()
         result = fn(Rank(rank, world_size, backend, device, Path(folder), lib), *args)
         with open(Path(folder) / f"result-{rank}.pkl", "wb") as f:
             pickle.dump(result, f)
-        d.barrier()
+        if backend != "none":
+            d.barrier()
     finally:
-        d.destroy_process_group()
+        if backend != "none":
+            d.destroy_process_group()
 
 
 def _load_lib() -> Any:
@@ -167,12 +171,15 @@ def _subprocesses(world_size: int, backend: Backend, folder: Path, fn: Callable,
 
 @pytest.fixture
 def launch(tmp_path: Path) -> Callable[..., list]:
-    """``launch(backend, world_size, fn, *args)``: runs the scenario ``fn(ctx, *args)`` on ``world_size``
-    ranks and returns what each rank returned. Skips when the backend's devices are fewer than the ranks.
+    """``launch(backend, world_size, fn, *args, join_group=True)``: runs the scenario ``fn(ctx, *args)`` on
+    ``world_size`` ranks and returns what each rank returned (``join_group=False``: the scenario joins a
+    process group itself, as a program started by torchrun does). Skips when the backend's devices are fewer than the ranks.
     Launches of one test share ``tmp_path`` (one saves a checkpoint, the next loads it)."""
     count = [0]
 
-    def run(backend: Backend, world_size: int, fn: Callable, *args: Any) -> list:
+    def run(backend: Backend, world_size: int, fn: Callable, *args: Any, join_group: bool = True) -> list:
+        if not join_group:
+            backend = Backend("none", backend.device)
         if backend.device == "cuda" and torch.cuda.device_count() < world_size:
             pytest.skip(f"needs {world_size} GPUs, this machine has {torch.cuda.device_count()}")
         count[0] += 1

@@ -51,7 +51,9 @@ def param_state(t: _TensorState, dist: Any = None) -> dict:
     for spec in t.specs:
         data, absmax = t.buffers[spec.index]
         if dist is not None:
-            if absmax is not None:
+            if t.info.size == 0:  # an empty shard (more ranks than rows): nothing to dequantize
+                data = torch.zeros(0, dtype=torch.float32, device=t.param.device)
+            elif absmax is not None:
                 q = t._owner.slot_map(spec)
                 data = dequantize_blockwise(data, absmax, q, spec.block_size, spec.bits, shape=(t.info.size,))
             out[spec.name] = _dist.as_dtensor(data.view(t.param.shape), dist)
@@ -292,6 +294,8 @@ def _tensor(v: Any, where: str, what: str) -> torch.Tensor:
 
 def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) -> list:
     names = {s.name for s in t.specs}
+    if t.info.size == 0:  # an empty shard of a DTensor (or an empty tensor): no state to restore
+        return []
     known = {"step", "mu_product"} | names | {n + "_absmax" for n in names}
     unknown = sorted(str(k) for k in entry if k not in known)
     if unknown:
