@@ -205,7 +205,9 @@ def main() -> None:
         return
     import octopt
 
-    print(f"octopt from {Path(octopt.__file__).parent}; GPT-2 small {GPT2_SMALL}; batch {args.batch} x {args.seq} tokens")
+    print(
+        f"octopt from {Path(octopt.__file__).parent}; GPT-2 small {GPT2_SMALL}; batch {args.batch} x {args.seq} tokens"
+    )
     rows = []
     for world in (int(w) for w in args.ranks.split(",")):
         for opt in args.optimizers.split(","):

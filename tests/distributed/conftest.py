@@ -58,7 +58,11 @@ def _skip_reason(b: Backend) -> str | None:
     return None
 
 
-@pytest.fixture(params=[pytest.param(b, id=b.id, marks=[pytest.mark.skip(reason=r)] if (r := _skip_reason(b)) else []) for b in BACKENDS])
+@pytest.fixture(
+    params=[
+        pytest.param(b, id=b.id, marks=[pytest.mark.skip(reason=r)] if (r := _skip_reason(b)) else []) for b in BACKENDS
+    ]
+)
 def dist_backend(request: pytest.FixtureRequest) -> Backend:
     return request.param
 

@@ -94,6 +94,27 @@ def counted_step(opt: Any) -> list[str]:
     return c.ops
 
 
+def count_step_collectives(opt: Any) -> list[list[str]]:
+    """Counts the collectives of every later ``opt.step()`` (the list of each step), through the step hooks:
+    it works where the step is called from a compiled function, in which a dispatch mode entered outside
+    would be traced instead."""
+    counts: list[list[str]] = []
+    active: list[CollectiveCounter] = []
+
+    def pre(o, args, kwargs):
+        active.append(CollectiveCounter())
+        active[-1].__enter__()
+
+    def post(o, args, kwargs):
+        mode = active.pop()
+        mode.__exit__(None, None, None)
+        counts.append(mode.ops)
+
+    opt.register_step_pre_hook(pre)
+    opt.register_step_post_hook(post)
+    return counts
+
+
 def _device_of(opt: Any) -> torch.device:
     p = opt.param_groups[0]["params"][0]
     return p.device

@@ -34,7 +34,9 @@ def as_torchrun(ctx, code: str, port: int) -> str:
     )
     os.chdir(ctx.folder)  # the example writes its checkpoint to ./checkpoint, shared by the ranks
     out = []
-    exec(compile(code, str(DOC), "exec"), {"__name__": "__main__", "print": lambda *a: out.append(" ".join(map(str, a)))})  # noqa: S102
+    exec(
+        compile(code, str(DOC), "exec"), {"__name__": "__main__", "print": lambda *a: out.append(" ".join(map(str, a)))}
+    )  # noqa: S102
     return "\n".join(out)
 
 

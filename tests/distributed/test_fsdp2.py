@@ -80,3 +80,30 @@ def test_fsdp2_trains_like_one_process_without_collectives_in_the_step(
             # stochastic-rounding draws: sharding moves the result less than quantizing the state does
             quantization = _rel(one_process[bits], one_process[32], start)
             assert _rel(r["params"], one_process[bits], start) < 2 * quantization + 0.02
+
+
+def compiled_fsdp_training(ctx) -> dict:
+    lib = ctx.lib
+    m = lib.shard(lib.model(ctx.device))
+    opt = ot.AdamW8bit(m.parameters(), lr=1e-2, min_8bit_size=0)
+    counts = lib.count_step_collectives(opt)
+
+    def train_step(x, y):
+        loss = torch.nn.functional.mse_loss(m(x), y)
+        loss.backward()
+        opt.step()  # dynamo breaks the graph here: the step runs eagerly
+        opt.zero_grad()
+        return loss.detach()
+
+    step = torch.compile(train_step, backend="aot_eager")
+    losses = [float(step(*lib.batch(0, ctx.device))) for _ in range(3)]  # one batch: the loss must fall
+    with lib.CollectiveCounter() as probe:  # the counter sees the collectives of FSDP2's forward
+        m(lib.batch(0, ctx.device)[0])
+    return {"losses": losses, "step_collectives": counts, "forward_collectives": probe.ops}
+
+
+def test_a_compiled_fsdp2_training_step_issues_no_collective_in_the_optimizer_step(launch, gloo):
+    for r in launch(gloo, 2, compiled_fsdp_training):
+        assert r["step_collectives"] == [[], [], []]
+        assert any("allgather" in op.replace("_", "") for op in r["forward_collectives"]), r["forward_collectives"]
+        assert r["losses"][-1] < r["losses"][0]
