@@ -104,7 +104,7 @@ def worker(args: argparse.Namespace) -> None:
         import octopt.torch as ot
 
         opt = ot.AdamW(model.parameters(), lr=1e-4, bits=8 if args.optimizer == "octopt8" else 4)
-    rss_model = _rss_mib()
+    rss_before = _rss_mib()  # model and optimizer built (octopt allocates its state here, torch at the first step)
     if args.device == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     g = torch.Generator().manual_seed(rank)
@@ -137,7 +137,7 @@ def worker(args: argparse.Namespace) -> None:
         "params": n_params,
         "local_params": local_params,
         "state_bytes": state,
-        "rss_after_model_mib": rss_model,
+        "rss_before_step_mib": rss_before,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "step_s": min(times),
         "loss": loss.item(),
@@ -167,7 +167,7 @@ def run_case(args: argparse.Namespace, world: int, optimizer: str) -> list[dict]
 
 
 def table(rows: list[list[dict]], device: str) -> str:
-    head = "| ranks | optimizer | params per rank | state per rank (MiB) | state bytes/param | RSS after model (MiB) | peak RSS per rank (MiB) |"
+    head = "| ranks | optimizer | params per rank | state per rank (MiB) | state bytes/param | RSS before the first step (MiB) | peak RSS per rank (MiB) |"
     sep = "|---|---|---|---|---|---|---|"
     if device == "cuda":
         head += " max allocated (MiB) |"
@@ -178,7 +178,7 @@ def table(rows: list[list[dict]], device: str) -> str:
         line = (
             f"| {r['world']} | {LABELS[r['optimizer']]} | {r['local_params'] / 1e6:.1f}M | "
             f"{max(x['state_bytes'] for x in case) / 2**20:.0f} | {r['state_bytes'] / r['local_params']:.2f} | "
-            f"{r['rss_after_model_mib']:.0f} | {r['peak_rss_mib']:.0f} |"
+            f"{r['rss_before_step_mib']:.0f} | {r['peak_rss_mib']:.0f} |"
         )
         if device == "cuda":
             line += f" {max(x['max_allocated_mib'] for x in case):.0f} |"
