@@ -31,21 +31,22 @@ def fsdp_training(ctx) -> dict:
             "state_bytes": opt.state_bytes(),
             "local_numel": local_numel,
         }
+    if ctx.rank == 0:
+        out["one_process"] = one_process(lib, ctx.device)
     return out
 
 
-@pytest.fixture(scope="module")
-def one_process(dist_lib) -> dict:
-    """The same training in one process: torch.optim.AdamW, and octopt with each width."""
+def one_process(lib, device) -> dict:
+    """The same training in one process, on the same device: torch.optim.AdamW, and octopt with each width."""
     out = {}
     for bits in ("torch", *BITS):
-        m = dist_lib.model()
+        m = lib.model(device)
         if bits == "torch":
             opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.01)
         else:
             opt = ot.AdamW(m.parameters(), lr=1e-2, weight_decay=0.01, bits=bits, min_8bit_size=0)
-        dist_lib.train(m, opt, range(STEPS))
-        out[bits] = {k: v.detach().clone() for k, v in m.named_parameters()}
+        lib.train(m, opt, range(STEPS), device)
+        out[bits] = lib.full_params(m)
     return out
 
 
@@ -55,10 +56,9 @@ def _rel(a: dict, b: dict, start: dict) -> float:
 
 
 @pytest.mark.parametrize("world_size", (2, 4))
-def test_fsdp2_trains_like_one_process_without_collectives_in_the_step(
-    launch, dist_backend, dist_lib, one_process, world_size
-):
+def test_fsdp2_trains_like_one_process_without_collectives_in_the_step(launch, dist_backend, dist_lib, world_size):
     results = launch(dist_backend, world_size, fsdp_training)
+    one_process = results[0]["one_process"]
     start = {k: v.detach() for k, v in dist_lib.model().named_parameters()}
     n_params = sum(v.numel() for v in start.values())
     for bits in BITS:
