@@ -92,6 +92,18 @@ def _torch_md(out: str) -> None:
     assert loss < 0.01
 
 
+def _torch_md_fsdp(out: str) -> None:
+    m = re.search(r"1 rank\(s\): loss ([0-9.]+) at the start, ([0-9.]+) at step 50, ([0-9.]+) at step 51", out)
+    start, saved, resumed = (float(v) for v in m.groups())
+    assert saved < 0.1 * start and resumed < 2 * saved
+    assert "optimizer state on rank 0:" in out
+
+
+def _torch_md_trainer(out: str) -> None:
+    loss = float(re.search(r"training loss ([0-9.]+)", out).group(1))
+    assert loss < 4.0  # from ln(64) = 4.16 for the untrained model
+
+
 def _jax_md(out: str) -> None:
     loss = float(re.search(r"loss ([0-9.]+)", out).group(1))
     assert loss < 1.0
@@ -103,6 +115,8 @@ EXPECTED: dict[str, Callable[[str], None]] = {
     "README.md#1": _readme,
     "docs/numpy.md#1": _numpy_md,
     "docs/torch.md#1": _torch_md,
+    "docs/torch.md#2": _torch_md_fsdp,
+    "docs/torch.md#4": _torch_md_trainer,
     "docs/jax.md#1": _jax_md,
 }
 

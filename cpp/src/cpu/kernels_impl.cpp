@@ -106,23 +106,31 @@ inline void prefetch_range(const void* base, std::int64_t byte0, std::int64_t by
 // make_levels, remembered per thread for the last few codebooks (by content, so a codebook freed and another
 // made at its address is never mistaken for it): building the tables (the closed form's included) costs
 // microseconds, and a step of many small tensors or a quantize of many chunks would otherwise rebuild the
-// same ones for every chunk. The pointer stays valid until kLevelsCached more distinct maps were asked for.
+// same ones for every chunk. The least recently used entry is replaced, so the tables of the (at most three)
+// maps a chunk asks for stay valid while it runs, whatever this thread used before.
 constexpr int kLevelsCached = 8;
 const Levels& levels_for(const Codebook& cb) {
   struct Entry {
     Codebook cb;
     Levels levels;
-    bool used = false;
+    std::uint64_t used = 0;  // last use (0: empty)
   };
   thread_local std::unique_ptr<Entry[]> cache(new Entry[kLevelsCached]);
-  thread_local int next = 0;
-  for (int i = 0; i < kLevelsCached; ++i)
-    if (cache[i].used && std::memcmp(&cache[i].cb, &cb, sizeof(Codebook)) == 0) return cache[i].levels;
-  Entry& e = cache[next];
-  next = (next + 1) % kLevelsCached;
+  thread_local std::uint64_t clock = 0;
+  ++clock;
+  int oldest = 0;
+  for (int i = 0; i < kLevelsCached; ++i) {
+    Entry& e = cache[i];
+    if (e.used && std::memcmp(&e.cb, &cb, sizeof(Codebook)) == 0) {
+      e.used = clock;
+      return e.levels;
+    }
+    if (e.used < cache[oldest].used) oldest = i;
+  }
+  Entry& e = cache[oldest];
   e.cb = cb;
   make_levels(cb, e.levels);
-  e.used = true;
+  e.used = clock;
   return e.levels;
 }
 

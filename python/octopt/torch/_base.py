@@ -9,13 +9,13 @@ them in one native call; this class only collects the gradients and copies the h
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
-from .. import _arrays, _hparams
+from .. import _arrays, _hparams, _octopt
 from ..optimizer import Optimizer as _CoreOptimizer
-from . import _override, _state
+from . import _dist, _override, _state
 
 # Group keys that fix the state layout: set when a group is added, never changed afterwards.
 LAYOUT_KEYS = ("bits", "block_size", "min_8bit_size", "first_moment_bits")
@@ -35,6 +35,27 @@ TORCH_OPTIONS = {
 _CORE_CLASSES: dict[type, type] = {}
 # The core's dtype codes (octopt::DType) of the gradient dtypes a step takes.
 _DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+
+class _Member(NamedTuple):
+    """A parameter of one core: the user's tensor, the tensor the core steps (its local shard for a
+    DTensor), that tensor's address when added, and the DTensor layout (None for a plain tensor)."""
+
+    param: torch.Tensor
+    local: torch.Tensor
+    ptr: int
+    dist: _dist.DistSpec | None
+
+
+def _where(t: torch.Tensor) -> str:
+    return "cpu" if t.device.type == "cpu" else f"cuda:{t.device.index or 0}"
+
+
+def _stream(dev: str) -> int:
+    """The handle of the current stream of a CUDA device (where torch enqueues its work); 0 on the CPU."""
+    if dev == "cpu":
+        return 0
+    return int(torch.cuda.current_stream(torch.device(dev)).cuda_stream)
 
 
 def _core_class(cls: type) -> type:
@@ -93,11 +114,14 @@ class TorchOptimizer(torch.optim.Optimizer):
         _hparams.validate_group(self._core_base.kind, full, fn)
         self._core_defaults = full  # every option the core needs, for keys a torch group does not carry
         self._core_opts = core_opts
-        self._core: _CoreOptimizer | None = None
-        self._links: list[list[tuple[int, dict]]] = []  # per torch group: (core group, overrides) pairs
+        # One core (one step plan) per device: "cpu", "cuda:0", "cuda:1", ... Each CUDA plan is one fused
+        # launch on its device's current stream; a model split over devices is stepped by all of them.
+        self._cores: dict[str, _CoreOptimizer] = {}
+        self._members: dict[str, list[_Member]] = {}  # per core: its parameters, in the core's order
+        self._links: list[list[tuple[str, int, dict]]] = []  # per torch group: (core, core group, overrides)
         self._layout: list[dict] = []  # per torch group: its layout keys as added
         self._tensors: dict[int, Any] = {}  # id(param) -> the core's _TensorState
-        self._ptrs: list[int] = []  # per core tensor: the param's data_ptr() when added
+        self._dist: dict[int, _dist.DistSpec] = {}  # id(param) -> mesh/placements of a DTensor parameter
         super().__init__(params, defaults)
         self.state = _StateView(self)  # type: ignore[assignment]
 
@@ -123,29 +147,40 @@ class TorchOptimizer(torch.optim.Optimizer):
         _hparams.validate_group(kind, merged, fn)
         start = sum(len(g["params"]) for g in self.param_groups[:-1])
         buckets: dict[tuple, tuple[dict, list]] = {}
+        specs = {}
         for j, p in enumerate(group["params"]):
-            self._check_param(p, fn, f"params[{start + j}]")
+            self._check_param(_dist.local(p), fn, f"params[{start + j}]")
+            spec = _dist.spec_of(p, kind, fn, f"params[{start + j}]")
+            if spec is not None:
+                specs[id(p)] = spec
             ov = self._param_override(p)
             buckets.setdefault(tuple(sorted(ov.items())), (ov, []))[1].append(p)
         for ov, _ in buckets.values():
             m = dict(merged)
             m.update(ov)
             _hparams.validate_group(kind, m, f"{fn} (with the options of octopt.torch.override)")
+        self._dist.update(specs)
         links = []
         for ov, ps in buckets.values():
-            cg = dict(base)
-            cg.update(ov)
-            cg["params"] = ps
-            first = 0 if self._core is None else len(self._core.tensors)
-            if self._core is None:
-                self._core = _core_class(type(self))([cg], **self._core_opts)
-            else:
-                self._core.add_param_group(cg)
-            links.append((len(self._core.param_groups) - 1, ov))
-            for t in self._core.tensors[first:]:
-                self._tensors[id(t.param)] = t
-                self._ptrs.append(t.param.data_ptr())
-                _override.mark_held(t.param, self)
+            by_device: dict[str, list] = {}
+            for p in ps:
+                by_device.setdefault(_where(_dist.local(p)), []).append(p)
+            for dev, dps in by_device.items():
+                cg = dict(base)
+                cg.update(ov)
+                cg["params"] = [_dist.local(p) for p in dps]
+                core = self._cores.get(dev)
+                if core is None:
+                    core = self._cores[dev] = _core_class(type(self))([cg], **self._core_opts)
+                    self._members[dev] = []
+                else:
+                    core.add_param_group(cg)
+                links.append((dev, len(core.param_groups) - 1, ov))
+                first = len(self._members[dev])
+                for p, t in zip(dps, core.tensors[first:]):
+                    self._tensors[id(p)] = t
+                    self._members[dev].append(_Member(p, t.param, t.param.data_ptr(), self._dist.get(id(p))))
+                    _override.mark_held(p, self)
         self._links.append(links)
         self._layout.append({k: group[k] for k in LAYOUT_KEYS})
 
@@ -168,12 +203,13 @@ class TorchOptimizer(torch.optim.Optimizer):
             raise ValueError(
                 f"{fn}: argument '{arg}' must be contiguous: octopt updates the parameter's memory in place"
             )
-        if p.device.type != "cpu":
-            raise ValueError(f"{fn}: argument '{arg}' is on {p.device}; this build steps CPU tensors only")
+        if p.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{fn}: argument '{arg}' is on {p.device}; octopt steps CPU and CUDA tensors")
+        if p.device.type == "cuda" and not _octopt.cuda_built():
+            raise ValueError(f"{fn}: argument '{arg}' is on {p.device} but octopt was built without CUDA")
 
     def _sync(self, fn: str) -> None:
         """Copies the hyper-parameters of the torch groups (changed by schedulers and users) into the core."""
-        core = self._core
         if len(self.param_groups) != len(self._links):
             raise RuntimeError(f"{fn}: param_groups was changed directly; add groups with add_param_group()")
         for gi, (g, links) in enumerate(zip(self.param_groups, self._links)):
@@ -183,8 +219,8 @@ class TorchOptimizer(torch.optim.Optimizer):
                         f"{fn}: param group {gi} has '{k}'={g.get(k)!r} but its state was laid out "
                         f"with {v!r}; the state layout cannot change after the group was added"
                     )
-            for cgi, ov in links:
-                cg = core.param_groups[cgi]
+            for dev, cgi, ov in links:
+                cg = self._cores[dev].param_groups[cgi]
                 for k in HPARAM_KEYS:
                     if k in g and k not in ov:
                         cg[k] = g[k]
@@ -196,36 +232,56 @@ class TorchOptimizer(torch.optim.Optimizer):
     @torch._disable_dynamo
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One fused step of every parameter that has a gradient (``grad is None``: skipped, its state and
-        step count untouched). ``closure`` re-evaluates the model and returns the loss, which is returned."""
+        step count untouched). ``closure`` re-evaluates the model and returns the loss, which is returned.
+        CUDA parameters are stepped on their device's current stream without synchronizing; DTensor
+        parameters shard by shard, without communicating."""
         fn = f"{type(self).__name__}.step"
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if self._core is None:
+        if not self._cores:
             return loss
-        self._native_step(fn)
+        self._sync(fn)
+        for dev, core in self._cores.items():
+            keep: list = []  # contiguous copies of non-contiguous gradients, alive for the call
+            addresses, dtypes = self._gradients(self._members[dev], fn, keep)
+            core._step_addresses(addresses, dtypes, _stream(dev))
         return loss
 
-    def _native_step(self, fn: str, replace: dict | None = None) -> None:
-        """Steps the core once from the parameters' gradients; ``replace`` maps a core tensor index to a
-        float32 gradient used instead of ``param.grad`` (the bitsandbytes namespace's clipped gradients)."""
-        core = self._core
+    def upload(self) -> None:
+        """CUDA graphs: hands the current hyper-parameters (an lr schedule's new ``lr``) and gradient
+        addresses to the device without stepping, so that the next replay of a captured ``step()`` uses
+        them. Call it eagerly (not while capturing), with the same ``.grad`` tensors the graph uses."""
+        fn = f"{type(self).__name__}.upload"
         self._sync(fn)
-        n = len(core.tensors)
+        for dev, core in self._cores.items():
+            if dev == "cpu":
+                continue
+            keep: list = []
+            addresses, dtypes = self._gradients(self._members[dev], fn, keep)
+            grads = [
+                _dist.local(m.param.grad) if a else None for m, a in zip(self._members[dev], addresses, strict=True)
+            ]
+            core.upload(grads, stream=_stream(dev))
+
+    def _gradients(self, members: list[_Member], fn: str, keep: list) -> tuple[list, list]:
+        """The gradients' addresses (0: no gradient) and dtype codes, checked against the parameters."""
+        n = len(members)
         addresses, dtypes = [0] * n, [0] * n
-        keep = []  # contiguous copies of non-contiguous gradients, alive for the call
-        for i, t in enumerate(core.tensors):
-            p = t.param
-            if p.data_ptr() != self._ptrs[i]:
+        for i, m in enumerate(members):
+            p = m.local
+            if p.data_ptr() != m.ptr or (m.dist is not None and _dist.local(m.param).data_ptr() != m.ptr):
                 raise RuntimeError(
-                    f"{fn}: the memory of a parameter of shape {tuple(p.shape)} was replaced "
+                    f"{fn}: the memory of a parameter of shape {tuple(m.param.shape)} was replaced "
                     "(param.data = ..., or the model moved with .to() after the optimizer was "
                     "created); create the optimizer after moving the model"
                 )
-            g = p.grad if replace is None else replace.get(i, p.grad)
+            g = m.param.grad
             if g is None:
                 continue
+            if m.dist is not None:
+                g = _dist.local_grad(m.param, g, m.dist, fn)
             code = _DTYPE_CODES.get(g.dtype)
             if g.layout is not torch.strided or code is None or (g.dtype is not p.dtype and code != 0):
                 self._bad_grad(p, g, fn)
@@ -233,16 +289,14 @@ class TorchOptimizer(torch.optim.Optimizer):
                 raise ValueError(
                     f"{fn}: the gradient of a parameter of shape {tuple(p.shape)} has shape {tuple(g.shape)}"
                 )
-            if g.is_cuda != p.is_cuda or (p.is_cuda and g.get_device() != p.get_device()):
+            if g.device != p.device:
                 raise ValueError(f"{fn}: the gradient of a parameter on {p.device} is on {g.device}")
             if not g.is_contiguous():
                 g = g.contiguous()
                 keep.append(g)
             addresses[i] = g.data_ptr()
             dtypes[i] = code
-        p0 = core.tensors[0].param
-        stream = torch.cuda.current_stream(p0.device).cuda_stream if p0.is_cuda else 0
-        core._step_addresses(addresses, dtypes, stream)
+        return addresses, dtypes
 
     @staticmethod
     def _bad_grad(p: torch.Tensor, g: torch.Tensor, fn: str) -> None:
@@ -263,21 +317,31 @@ class TorchOptimizer(torch.optim.Optimizer):
 
     # -- introspection -----------------------------------------------------------------------
     @property
+    def _core(self) -> _CoreOptimizer | None:
+        """The core of the first device (profiling aids; the optimizer has one core per device)."""
+        return next(iter(self._cores.values()), None)
+
+    @property
     def skipped_blocks(self) -> int:
-        """Blocks left unchanged over all steps because their gradient held NaN/Inf."""
-        return 0 if self._core is None else self._core.skipped_blocks
+        """Blocks left unchanged over all steps because their gradient held NaN/Inf (on a GPU this reads a
+        device counter, which waits for the enqueued steps)."""
+        return sum(c.skipped_blocks for c in self._cores.values())
 
     def state_bytes(self) -> int:
-        """Exact bytes of allocated optimizer state (codes, absmax and 32-bit buffers)."""
-        return 0 if self._core is None else self._core.state_bytes()
+        """Exact bytes of allocated optimizer state (codes, absmax and 32-bit buffers) on this rank: of
+        DTensor parameters, the state of the local shards."""
+        return sum(c.state_bytes() for c in self._cores.values())
 
     def state_layout(self) -> list[dict]:
-        """Per parameter (in param_groups order): its state slots with bits, block size and map."""
-        if self._core is None:
-            return []
-        layout = self._core.state_layout()
-        index = {id(t): i for i, t in enumerate(self._core.tensors)}
-        return [layout[index[id(self._tensors[id(p)])]] for p in self._param_list()]
+        """Per parameter (in param_groups order): its state slots with bits, block size and map (of the
+        local shard for a DTensor parameter)."""
+        layouts = {dev: c.state_layout() for dev, c in self._cores.items()}
+        out = []
+        for p in self._param_list():
+            t = self._tensors[id(p)]
+            dev = next(d for d, c in self._cores.items() if c is t._owner)
+            out.append(layouts[dev][t._index])
+        return out
 
     # -- state dicts ---------------------------------------------------------------------------
     @torch._disable_dynamo
@@ -298,7 +362,7 @@ class TorchOptimizer(torch.optim.Optimizer):
     @torch._disable_dynamo
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores a state dict from state_dict(), from the matching torch.optim optimizer (its float32
-        states are quantized) or from any bitsandbytes 8-bit or 32-bit optimizer (both layouts). Everything is
+        states are quantized) or from bitsandbytes' Adam8bit/AdamW8bit (both layouts). Everything is
         validated before anything changes; tensors are copied onto the optimizer's device."""
         state_dict = state_dict.copy() if isinstance(state_dict, dict) else state_dict
         for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
@@ -326,7 +390,14 @@ class _StateView(Mapping):
         t = self._opt._tensors.get(id(p)) if isinstance(p, torch.Tensor) else None
         if t is None:
             raise KeyError(p)
-        return _state.param_state(t, live=True)
+        return _state.param_state(t, self._opt._dist.get(id(p)))
+
+    def __setitem__(self, p: Any, value: dict) -> None:
+        """Replaces the state of one parameter from an entry of a state dict (what ZeroRedundancyOptimizer's
+        load_state_dict does); validated like load_state_dict."""
+        if not (isinstance(p, torch.Tensor) and id(p) in self._opt._tensors):
+            raise KeyError(p)
+        _state.load_param_state(self._opt, p, value)
 
     def __contains__(self, p: object) -> bool:
         return isinstance(p, torch.Tensor) and id(p) in self._opt._tensors

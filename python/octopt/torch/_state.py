@@ -15,6 +15,7 @@ import torch
 from .. import _hparams, maps
 from ..functional import dequantize_blockwise, quantize_blockwise
 from ..optimizer import _TensorState
+from . import _dist
 
 FORMAT = 1
 BNB_NESTED = "__bnb_optimizer_quant_state__"  # bitsandbytes >= 0.45 nests its quantization tensors here
@@ -57,13 +58,23 @@ FOREIGN_GROUP_KEYS = (
 LAYOUT_KEYS = ("bits", "block_size", "min_8bit_size", "first_moment_bits")
 
 
-def param_state(t: _TensorState, live: bool = True) -> dict:
-    """One parameter's state in torch's style: live tensors (views of the core's buffers) and its step."""
+def param_state(t: _TensorState, dist: Any = None) -> dict:
+    """One parameter's state in torch's style: live tensors (views of the core's buffers) and its step.
+    For a DTensor parameter (``dist``: its _dist.DistSpec) every state is a DTensor laid out like the
+    parameter: 32-bit states live, quantized states dequantized to float32 copies of the local shard."""
     out: dict[str, Any] = {"step": torch.tensor(float(t.step), dtype=torch.float32)}
     if t.mu_product is not None:  # NAdam, as torch.optim.NAdam keeps it
         out["mu_product"] = torch.tensor(t.mu_product, dtype=torch.float32)
     for spec in t.specs:
         data, absmax = t.buffers[spec.index]
+        if dist is not None:
+            if t.info.size == 0:  # an empty shard (more ranks than rows): nothing to dequantize
+                data = torch.zeros(0, dtype=torch.float32, device=t.param.device)
+            elif absmax is not None:
+                q = t._owner.slot_map(spec)
+                data = dequantize_blockwise(data, absmax, q, spec.block_size, spec.bits, shape=(t.info.size,))
+            out[spec.name] = _dist.as_dtensor(data.view(t.param.shape), dist)
+            continue
         out[spec.name] = data if spec.bits == 4 else data.view(t.param.shape)
         if absmax is not None:
             out[spec.name + "_absmax"] = absmax
@@ -75,22 +86,73 @@ def state_dict(opt: Any) -> dict:
     state, layout = {}, {}
     for i, p in enumerate(params):
         t = opt._tensors[id(p)]
-        state[i] = param_state(t)
-        layout[i] = {s.name: [s.bits, s.block_size] for s in t.specs}
+        dist = opt._dist.get(id(p))
+        state[i] = param_state(t, dist)
+        layout[i] = {s.name: [32, 0] if dist is not None else [s.bits, s.block_size] for s in t.specs}
     groups, i = [], 0
     for g in opt.param_groups:
         h = {k: v for k, v in g.items() if k != "params"}
         h["params"] = list(range(i, i + len(g["params"])))
         i += len(g["params"])
         groups.append(h)
-    core = opt._core
     meta = {
         "format": FORMAT,
         "optimizer": type(opt)._core_base.kind,
-        "global_step": 0 if core is None else int(core.global_step),
+        "global_step": max((int(c.global_step) for c in opt._cores.values()), default=0),
         "layout": layout,
     }
     return {"state": state, "param_groups": groups, "octopt": meta}
+
+
+def load_param_state(opt: Any, p: torch.Tensor, entry: Any) -> None:
+    """Replaces the state of one parameter from a state-dict entry (optimizer.state[p] = entry)."""
+    fn = f"{type(opt).__name__}.state[param]"
+    t = opt._tensors[id(p)]
+    where = f"{fn}: the state of a parameter of shape {tuple(p.shape)}"
+    if not isinstance(entry, dict):
+        raise TypeError(f"{where} must be a dict, got {type(entry).__name__}")
+    kind = type(opt)._core_base.kind
+    if BNB_NESTED in entry or "state1" in entry:
+        pending = _from_bnb(t._owner, t, entry, kind, where)
+    else:
+        pending = _from_native(t._owner, t, _local_entry(entry, opt._dist.get(id(p)), t, where), None, where)
+    step = _step(entry.get("step"), where)
+    mu = _mu_product(entry.get("mu_product"), where) if kind == "nadam" else None
+    with torch.no_grad():
+        for dst, src in pending:
+            dst.copy_(src.reshape(dst.shape))
+    t.step = step
+    core = t._owner
+    if core.global_step < step:  # as load_state_dict does without octopt's metadata
+        core.global_step = step
+    if mu is not None:
+        mus = list(t._owner._plan.tensor_mu_products())
+        mus[t._index] = mu
+        t._owner._plan.set_tensor_mu_products(mus, fn)
+
+
+def _local_entry(entry: dict, dist: Any, t: _TensorState, where: str) -> dict:
+    """A state entry with DTensor values replaced by their local shards (checked against the parameter's)."""
+    out = {}
+    for k, v in entry.items():
+        if _dist.is_dtensor(v):
+            if dist is None:
+                raise ValueError(f"{where}: '{k}' is a DTensor but the parameter is a plain tensor")
+            if tuple(v.placements) != dist.placements or v.shape != dist.shape:
+                raise ValueError(
+                    f"{where}: '{k}' is a DTensor of shape {tuple(v.shape)} with placements "
+                    f"{tuple(v.placements)}; the parameter has shape {tuple(dist.shape)} and placements "
+                    f"{dist.placements} (redistribute the state, or load it with torch.distributed.checkpoint)"
+                )
+            v = _dist.local(v)
+        elif dist is not None and isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape != t.param.shape:
+            raise ValueError(
+                f"{where}: '{k}' is a plain tensor of shape {tuple(v.shape)}, but the parameter is a DTensor "
+                f"whose local shard has shape {tuple(t.param.shape)}; pass DTensors laid out like the "
+                "parameter (torch.distributed.checkpoint's set_optimizer_state_dict does)"
+            )
+        out[k] = v
+    return out
 
 
 def load_state_dict(opt: Any, sd: Any) -> None:
@@ -129,13 +191,14 @@ def load_state_dict(opt: Any, sd: Any) -> None:
             raise ValueError(
                 f"{fn}: param group {gi} has {len(h['params'])} parameters in the state but {len(g['params'])} here"
             )
-    core = opt._core
     pending: list[tuple[torch.Tensor, torch.Tensor]] = []
     steps: list[tuple[_TensorState, int]] = []
-    mus = [1.0] * (0 if core is None else len(core.tensors))  # NAdam: a missing entry starts afresh
+    # NAdam, per core: a missing entry starts afresh
+    mus = {id(c): [1.0] * len(c.tensors) for c in opt._cores.values()}
     any_bnb = False
     for i, (saved_id, p) in enumerate(zip(chain.from_iterable(h["params"] for h in saved_groups), opt._param_list())):
         t = opt._tensors[id(p)]
+        core = t._owner
         where = f"{fn}: the state of parameter {i}"
         entry = sd["state"].get(saved_id)
         if entry is None:
@@ -149,10 +212,11 @@ def load_state_dict(opt: Any, sd: Any) -> None:
             pending += _from_bnb(core, t, entry, kind, where)
         else:
             lay = meta["layout"].get(saved_id) if meta is not None and isinstance(meta.get("layout"), dict) else None
-            pending += _from_native(core, t, entry, lay, where)
+            local_entry = _local_entry(entry, opt._dist.get(id(p)), t, where)
+            pending += _from_native(core, t, local_entry, lay, where)
         steps.append((t, _step(entry.get("step"), where)))
         if kind == "nadam":
-            mus[t._index] = _mu_product(entry.get("mu_product"), where)
+            mus[id(core)][t._index] = _mu_product(entry.get("mu_product"), where)
     new_groups = _merged_groups(opt, saved_groups, any_bnb, fn)
     if any_bnb and kind == "adam" and any(float(g.get("weight_decay", 0)) != 0 for g in new_groups):
         import warnings
@@ -168,18 +232,19 @@ def load_state_dict(opt: Any, sd: Any) -> None:
             dst.copy_(src.reshape(dst.shape))
     for t, s in steps:
         t.step = s
-    if kind == "nadam" and core is not None:
-        core._plan.set_tensor_mu_products(mus, fn)
+    if kind == "nadam":
+        for c in opt._cores.values():
+            c._plan.set_tensor_mu_products(mus[id(c)], fn)
     for g, new in zip(opt.param_groups, new_groups):
         params = g["params"]
         g.clear()
         g.update(new)
         g["params"] = params
-    if core is not None:
+    for c in opt._cores.values():
         if meta is not None:
-            core.global_step = int(meta.get("global_step", 0))
+            c.global_step = int(meta.get("global_step", 0))
         else:
-            core.global_step = max((s for _, s in steps), default=0)
+            c.global_step = max((s for _, s in steps), default=0)
 
 
 def _merged_groups(opt: Any, saved_groups: list, from_bnb: bool, fn: str) -> list[dict]:
@@ -193,7 +258,7 @@ def _merged_groups(opt: Any, saved_groups: list, from_bnb: bool, fn: str) -> lis
         new.update(
             {k: (tuple(v) if k == "betas" and isinstance(v, list) else v) for k, v in h.items() if k not in skip}
         )
-        for cgi, ov in opt._links[gi]:
+        for _dev, _cgi, ov in opt._links[gi]:
             m = dict(opt._core_defaults)
             m.update({k: v for k, v in new.items() if k in _hparams.GROUP_KEYS})
             m.update(ov)
@@ -246,6 +311,8 @@ def _tensor(v: Any, where: str, what: str) -> torch.Tensor:
 
 def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) -> list:
     names = {s.name for s in t.specs}
+    if t.info.size == 0:  # an empty shard of a DTensor (or an empty tensor): no state to restore
+        return []
     known = {"step", "mu_product"} | names | {n + "_absmax" for n in names}
     unknown = sorted(str(k) for k in entry if k not in known)
     if unknown:

@@ -16,6 +16,7 @@ import torch
 
 from ... import _hparams, _octopt
 from ...torch import _state as _torch_state
+from ...torch import _base
 from ...torch._base import TorchOptimizer, _core_class
 from . import _clip, _manager, _state
 
@@ -62,6 +63,12 @@ class BnbOptimizer(TorchOptimizer):
 
     _bnb_name = "adam"
     _two_state = True
+    _core = None  # one core for every device (shadows octopt.torch's per-device property)
+
+    @property
+    def _cores(self) -> dict:
+        """octopt.torch's per-device cores, as its state-dict code reads them: here the one core."""
+        return {} if self._core is None else {"all": self._core}
 
     def __init__(
         self,
@@ -108,7 +115,8 @@ class BnbOptimizer(TorchOptimizer):
         self._core_defaults.update(_hparams.defaults(kind))
         self._core_opts: dict[str, Any] = {}
         self._core = None
-        self._links: list[list[tuple[int, dict]]] = []
+        self._links: list[list[tuple[str, int, dict]]] = []  # per group: ("all", core group, hyper-parameters)
+        self._dist: dict = {}  # DTensor parameters: none (bitsandbytes' optimizers step plain tensors)
         self._layout: list[dict] = []
         self._tensors: dict[int, Any] = {}
         self._ptrs: list[int] = []
@@ -263,7 +271,7 @@ class BnbOptimizer(TorchOptimizer):
             else:
                 self._core.add_param_group(cg)
             cgi = len(self._core.param_groups) - 1
-            links.append((cgi, hp))
+            links.append(("all", cgi, hp))
             self._buckets.append(_state.Bucket(gi, [pi for pi, _, _ in members], cgi, c))
             for t in self._core.tensors[first:]:
                 self._tensors[id(t.param)] = t
@@ -308,6 +316,44 @@ class BnbOptimizer(TorchOptimizer):
         self._native_step(fn, replace)
         _clip.after_step(self, unorm, replace)
         return loss
+
+    def _native_step(self, fn: str, replace: dict | None = None) -> None:
+        """Steps the core once from the parameters' gradients; ``replace`` maps a core tensor index to a
+        float32 gradient used instead of ``param.grad`` (the clipped gradients). bitsandbytes' optimizers
+        keep one core for all devices (laid out at the first step), unlike octopt.torch's one per device."""
+        core = self._core
+        self._sync(fn)
+        n = len(core.tensors)
+        addresses, dtypes = [0] * n, [0] * n
+        keep = []  # contiguous copies of non-contiguous gradients, alive for the call
+        for i, t in enumerate(core.tensors):
+            p = t.param
+            if p.data_ptr() != self._ptrs[i]:
+                raise RuntimeError(
+                    f"{fn}: the memory of a parameter of shape {tuple(p.shape)} was replaced "
+                    "(param.data = ..., or the model moved with .to() after the optimizer was "
+                    "created); create the optimizer after moving the model"
+                )
+            g = p.grad if replace is None else replace.get(i, p.grad)
+            if g is None:
+                continue
+            code = _base._DTYPE_CODES.get(g.dtype)
+            if g.layout is not torch.strided or code is None or (g.dtype is not p.dtype and code != 0):
+                self._bad_grad(p, g, fn)
+            if g.shape != p.shape:
+                raise ValueError(
+                    f"{fn}: the gradient of a parameter of shape {tuple(p.shape)} has shape {tuple(g.shape)}"
+                )
+            if g.is_cuda != p.is_cuda or (p.is_cuda and g.get_device() != p.get_device()):
+                raise ValueError(f"{fn}: the gradient of a parameter on {p.device} is on {g.device}")
+            if not g.is_contiguous():
+                g = g.contiguous()
+                keep.append(g)
+            addresses[i] = g.data_ptr()
+            dtypes[i] = code
+        p0 = core.tensors[0].param
+        stream = torch.cuda.current_stream(p0.device).cuda_stream if p0.is_cuda else 0
+        core._step_addresses(addresses, dtypes, stream)
 
     def _prefetch(self) -> None:
         factory = self._core_opts.get("_state_factory")
