@@ -6,8 +6,11 @@ An 8-bit Adam step must at least re-encode m and v (one exact block-wise quantiz
 (one dequantize each). This script times, in one process and with one thread count, octopt's
 ``quantize_blockwise`` and ``dequantize_blockwise`` (``out=``, the step's own kernels), octopt's fused 8-bit
 Adam step and ``torch.optim.Adam(fused=True)`` on the same number of parameters, and prints each as a
-multiple of torch's step. When ``2 x quantize`` alone exceeds torch's whole step, no exact 8-bit step built
-on this encoder can match torch's time, however the rest of the step is fused.
+multiple of torch's step: the re-encoding's share of the step, the part the closed-form encoder and the
+one-pass block loop of issue 12 cut (bench/README.md, "Where an exact 8-bit step spends its time now", has
+the current decomposition: encode 42%, update 26%, decode 13%, gradient check 12% of the step on one thread).
+``2 x quantize`` is a floor only for a step that re-encodes through separate quantize calls; the fused step
+shares the division and the absmax pass with its update loop.
 """
 
 from __future__ import annotations
