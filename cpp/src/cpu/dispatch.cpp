@@ -59,6 +59,10 @@ const Kernels& active() {
   return *k;
 }
 
-void set_isa(const char* name) { g_active.store(choose(name ? name : ""), std::memory_order_release); }
+void set_isa(const char* name) {
+  // "" (or null) returns to the start-up choice: OCTOPT_ISA when set, else the best the CPU runs
+  const char* forced = name && *name ? name : std::getenv("OCTOPT_ISA");
+  g_active.store(choose(forced ? forced : ""), std::memory_order_release);
+}
 
 }  // namespace octopt::cpu

@@ -39,7 +39,8 @@ const Kernels& kernels_avx512vbmi();  // only on x86-64 builds: kernels_avx512 w
 // The variant in use: OCTOPT_ISA=baseline|avx2|avx512|avx512vbmi when set (and supported), else the best
 // the CPU supports. Throws std::invalid_argument for a forced variant the CPU cannot run.
 const Kernels& active();
-// Forces a variant by name ("" = automatic); used by tests to compare every path.
+// Forces a variant by name ("" = the start-up choice: OCTOPT_ISA when set, else automatic); used by
+// tests to compare every path.
 void set_isa(const char* name);
 
 }  // namespace octopt::cpu
