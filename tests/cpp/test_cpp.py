@@ -57,7 +57,7 @@ def _cache_matches(build_dir, options):
 
 
 def build(build_dir, extra_options=None):
-    """Configures build_dir (once) and builds the test program; returns the build log."""
+    """Configures build_dir (once) and builds the test programs; returns the build log."""
     options = {
         "OCTOPT_BUILD_TESTS": "ON",
         "OCTOPT_BUILD_PYTHON": "OFF",
@@ -74,8 +74,9 @@ def build(build_dir, extra_options=None):
         rc, out = _run(cmd, BUILD_TIMEOUT_S)
         assert rc == 0, f"CMake configure failed:\n{_tail(out)}"
         log += out
-    rc, out = _run([CMAKE, "--build", str(build_dir), "-j", "2", "--target", "octopt_cpp_tests"], BUILD_TIMEOUT_S)
-    assert rc == 0, f"building octopt_cpp_tests failed:\n{_tail(out)}"
+    targets = ["octopt_cpp_tests", "octopt_encoder_check"]  # every program CTest runs
+    rc, out = _run([CMAKE, "--build", str(build_dir), "-j", "2", "--target", *targets], BUILD_TIMEOUT_S)
+    assert rc == 0, f"building {' and '.join(targets)} failed:\n{_tail(out)}"
     return log + out
 
 
