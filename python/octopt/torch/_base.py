@@ -282,21 +282,24 @@ class TorchOptimizer(torch.optim.Optimizer):
                 continue
             if m.dist is not None:
                 g = _dist.local_grad(m.param, g, m.dist, fn)
-            code = _DTYPE_CODES.get(g.dtype)
-            if g.layout is not torch.strided or code is None or (g.dtype is not p.dtype and code != 0):
-                self._bad_grad(p, g, fn)
-            if g.shape != p.shape:
-                raise ValueError(
-                    f"{fn}: the gradient of a parameter of shape {tuple(p.shape)} has shape {tuple(g.shape)}"
-                )
-            if g.device != p.device:
-                raise ValueError(f"{fn}: the gradient of a parameter on {p.device} is on {g.device}")
-            if not g.is_contiguous():
-                g = g.contiguous()
-                keep.append(g)
-            addresses[i] = g.data_ptr()
-            dtypes[i] = code
+            addresses[i], dtypes[i] = self._grad_address(p, g, fn, keep)
         return addresses, dtypes
+
+    @classmethod
+    def _grad_address(cls, p: torch.Tensor, g: torch.Tensor, fn: str, keep: list) -> tuple[int, int]:
+        """The address and dtype code of parameter p's gradient g, checked (dtype, shape, device); a
+        non-contiguous g is copied and the copy kept alive in ``keep`` for the call."""
+        code = _DTYPE_CODES.get(g.dtype)
+        if g.layout is not torch.strided or code is None or (g.dtype is not p.dtype and code != 0):
+            cls._bad_grad(p, g, fn)
+        if g.shape != p.shape:
+            raise ValueError(f"{fn}: the gradient of a parameter of shape {tuple(p.shape)} has shape {tuple(g.shape)}")
+        if g.device != p.device:
+            raise ValueError(f"{fn}: the gradient of a parameter on {p.device} is on {g.device}")
+        if not g.is_contiguous():
+            g = g.contiguous()
+            keep.append(g)
+        return g.data_ptr(), code
 
     @staticmethod
     def _bad_grad(p: torch.Tensor, g: torch.Tensor, fn: str) -> None:

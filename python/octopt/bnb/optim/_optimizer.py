@@ -16,7 +16,6 @@ import torch
 
 from ... import _hparams, _octopt
 from ...torch import _state as _torch_state
-from ...torch import _base
 from ...torch._base import TorchOptimizer, _core_class
 from . import _clip, _manager, _state
 
@@ -337,20 +336,7 @@ class BnbOptimizer(TorchOptimizer):
             g = p.grad if replace is None else replace.get(i, p.grad)
             if g is None:
                 continue
-            code = _base._DTYPE_CODES.get(g.dtype)
-            if g.layout is not torch.strided or code is None or (g.dtype is not p.dtype and code != 0):
-                self._bad_grad(p, g, fn)
-            if g.shape != p.shape:
-                raise ValueError(
-                    f"{fn}: the gradient of a parameter of shape {tuple(p.shape)} has shape {tuple(g.shape)}"
-                )
-            if g.is_cuda != p.is_cuda or (p.is_cuda and g.get_device() != p.get_device()):
-                raise ValueError(f"{fn}: the gradient of a parameter on {p.device} is on {g.device}")
-            if not g.is_contiguous():
-                g = g.contiguous()
-                keep.append(g)
-            addresses[i] = g.data_ptr()
-            dtypes[i] = code
+            addresses[i], dtypes[i] = self._grad_address(p, g, fn, keep)
         p0 = core.tensors[0].param
         stream = torch.cuda.current_stream(p0.device).cuda_stream if p0.is_cuda else 0
         core._step_addresses(addresses, dtypes, stream)
