@@ -120,14 +120,6 @@ inline __m512 lookup_values(const Codebook& cb, __m512i c) {
   return _mm512_mask_blend_ps(_mm512_test_epi32_mask(c, b7), lo, hi);
 }
 
-inline __m512i mix64_x8(__m512i z) {
-  z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 30));
-  z = _mm512_mullo_epi64(z, _mm512_set1_epi64(std::int64_t(0xBF58476D1CE4E5B9ull)));
-  z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 27));
-  z = _mm512_mullo_epi64(z, _mm512_set1_epi64(std::int64_t(0x94D049BB133111EBull)));
-  return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
-}
-
 // uniform01(key, index0 + i) for i = 0..15, exactly as the scalar generator. The Weyl sequence
 // key + (index + 1) * golden needs no multiply per lane: lane i adds i * golden to the first lane's
 // value (mod 2^64); the finalizer's last xor-shift leaves bits 40..63, the ones used, unchanged.
@@ -309,9 +301,9 @@ struct ClosedFormRegs {
   }
 };
 
-// closed_form_code on U vectors of 16 lanes, stage by stage across the U vectors (each vector's stages are
-// a dependent chain of about 40 cycles; interleaving keeps the units busy): the codes, and per vector
-// the lanes the search must settle.
+// The closed form (closed_form.hpp) on U vectors of 16 lanes, stage by stage across the U vectors (each vector's stages
+// are a dependent chain of about 40 cycles; interleaving keeps the units busy): the codes, and per vector the lanes the
+// search must settle.
 template <int U>
 inline void closed_form16(const ClosedFormRegs& R, const __m512* r, __m512i* code, __mmask16* unsure) {
   __m512 a[U], t[U];

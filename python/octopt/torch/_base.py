@@ -355,12 +355,16 @@ class TorchOptimizer(torch.optim.Optimizer):
         with float32 ``<name>_absmax`` (one per block). The tensors are the live state, as in torch."""
         for pre_hook in self._optimizer_state_dict_pre_hooks.values():
             pre_hook(self)
-        sd = _state.state_dict(self)
+        sd = self._native_state_dict()
         for post_hook in self._optimizer_state_dict_post_hooks.values():
             result = post_hook(self, sd)
             if result is not None:
                 sd = result
         return sd
+
+    def _native_state_dict(self) -> dict:
+        """The state dict itself, between torch's hooks (subclasses with another format override it)."""
+        return _state.state_dict(self)
 
     @torch._disable_dynamo
     def load_state_dict(self, state_dict: dict) -> None:
@@ -372,9 +376,13 @@ class TorchOptimizer(torch.optim.Optimizer):
             result = pre_hook(self, state_dict)
             if result is not None:
                 state_dict = result
-        _state.load_state_dict(self, state_dict)
+        self._load_native_state_dict(state_dict)
         for post_hook in self._optimizer_load_state_dict_post_hooks.values():
             post_hook(self)
+
+    def _load_native_state_dict(self, state_dict: dict) -> None:
+        """Loads the state dict itself, between torch's hooks (subclasses with another format override it)."""
+        _state.load_state_dict(self, state_dict)
 
     def __getstate__(self) -> dict:
         raise TypeError(

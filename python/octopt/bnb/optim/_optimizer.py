@@ -352,30 +352,22 @@ class BnbOptimizer(TorchOptimizer):
         """bitsandbytes' format: per parameter that has taken a step, ``step`` and (nested under
         ``__bnb_optimizer_quant_state__``, as bitsandbytes >= 0.45 writes it) ``state1``, ``qmap1``,
         ``absmax1``, ... The tensors are the live state."""
-        for pre_hook in self._optimizer_state_dict_pre_hooks.values():
-            pre_hook(self)
-        sd = _state.state_dict(self)
-        for post_hook in self._optimizer_state_dict_post_hooks.values():
-            result = post_hook(self, sd)
-            if result is not None:
-                sd = result
-        return sd
+        return super().state_dict()
+
+    def _native_state_dict(self) -> dict:
+        return _state.state_dict(self)
 
     @torch._disable_dynamo
     def load_state_dict(self, state_dict: dict, move_to_device: bool = True) -> None:
         """Loads a state dict of this optimizer or of the matching bitsandbytes optimizer (either layout,
         8-bit block-wise, 8-bit per tensor or 32-bit); 8-bit codes in other maps or blocks are
         requantized. Everything is validated before anything changes."""
-        state_dict = state_dict.copy() if isinstance(state_dict, dict) else state_dict
-        for pre_hook in self._optimizer_load_state_dict_pre_hooks.values():
-            result = pre_hook(self, state_dict)
-            if result is not None:
-                state_dict = result
+        super().load_state_dict(state_dict)
+
+    def _load_native_state_dict(self, state_dict: dict) -> None:
         self._ensure_core()
         fn = f"{type(self).__name__}.load_state_dict"
         extra = _clip.loaded_extra(self, state_dict, fn)
         _torch_state.load_state_dict(self, state_dict)
         for key, src in extra:
             key.copy_(src)
-        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
-            post_hook(self)
