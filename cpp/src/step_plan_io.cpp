@@ -309,9 +309,10 @@ void StepPlan::load(const std::string& path) {
       const Json& spec = *slots->find(s.name);
       const std::string swhere = where + " slot '" + s.name + "'";
       if (!spec.is_object()) throw malformed("tensor " + std::to_string(i) + " slot '" + s.name + "' is not an object");
-      const std::pair<const char*, Json> expect[3] = {{"bits", integer(s.bits)},
-                                                      {"block_size", integer(t.layout.block_size)},
-                                                      {"map", Json::string(state_map_name(s.bits, s.is_signed, s.map))}};
+      const std::pair<const char*, Json> expect[3] = {
+          {"bits", integer(s.bits)},
+          {"block_size", integer(t.layout.block_size)},
+          {"map", Json::string(state_map_name(s.bits, s.is_signed, s.map))}};
       for (const auto& [key, want] : expect) {
         const Json* v = spec.find(key);
         const std::string got = v ? detail::write_json(*v) : "(missing)";

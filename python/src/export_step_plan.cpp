@@ -115,8 +115,8 @@ class PyStepPlan {
     nb::list out;
     for (const octopt::StateBuffers& b : plan_->tensor_state(i)) {
       const octopt::SlotLayout& s = b.slot;
-      out.append(nb::make_tuple(s.index, s.name, s.is_signed, s.bits, s.block_size,
-                                octopt::state_map_key(s.map), s.stochastic, alloc_->array(b.data),
+      out.append(nb::make_tuple(s.index, s.name, s.is_signed, s.bits, s.block_size, octopt::state_map_key(s.map),
+                                s.stochastic, alloc_->array(b.data),
                                 s.bits == 32 ? nb::none() : alloc_->array(b.absmax)));
     }
     return out;

@@ -39,8 +39,8 @@ ffi::Error StepCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi:
                         ffi::Span<const std::int64_t> slot_stochastic, ffi::Span<const std::int64_t> slot_codebooks,
                         ffi::Span<const std::int64_t> rng_streams) {
   using octopt::kNumHyperParams;
-  const octopt_ffi::Attrs a{kind,        mode,      hp_static,       dynamic_mask, flags,      seed,
-                            block_sizes, slot_bits, slot_stochastic, slot_codebooks,  rng_streams};
+  const octopt_ffi::Attrs a{kind,        mode,      hp_static,       dynamic_mask,   flags,      seed,
+                            block_sizes, slot_bits, slot_stochastic, slot_codebooks, rng_streams};
   if (ffi::Error e = octopt_ffi::check_attrs(a, hp_dynamic.element_count()); !e.success()) return e;
   if (step_buf.element_count() != 1) return bad("internal: the step must be a scalar");
   // The static hyper-parameters can be checked here; the traced ones only on the device.

@@ -42,7 +42,10 @@ def test_fp8_state_layout():
     "kw, message",
     [
         (dict(bits=4, state_map="fp8"), "'state_map' 'fp8' is an 8-bit map, but 'bits' is 4"),
-        (dict(bits=8, first_moment_bits=4, state_map="fp8"), "'state_map' 'fp8' is an 8-bit map, but 'first_moment_bits' is 4"),
+        (
+            dict(bits=8, first_moment_bits=4, state_map="fp8"),
+            "'state_map' 'fp8' is an 8-bit map, but 'first_moment_bits' is 4",
+        ),
         (dict(bits=8, state_map="fp4"), "'state_map' must be 'dynamic' or 'fp8', got 'fp4'"),
         (dict(bits=8, state_map=8), "'state_map' must be 'dynamic' or 'fp8', got 8"),
         (dict(bits=8, state_map=None), "'state_map' must be 'dynamic' or 'fp8', got None"),

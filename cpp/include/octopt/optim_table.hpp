@@ -126,7 +126,7 @@ struct SlotLayout {
   bool is_signed;
   int bits;
   int block_size;
-  bool stochastic;  // stochastic rounding of its codes
+  bool stochastic;                   // stochastic rounding of its codes
   StateMap map = StateMap::dynamic;  // of an 8-bit slot (else dynamic)
 };
 
