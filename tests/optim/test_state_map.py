@@ -56,6 +56,14 @@ def test_bad_state_map(kw, message):
         octopt.AdamW([np.zeros(N, np.float32)], **kw)
 
 
+def test_state_map_is_fixed_once_the_group_exists():
+    w = np.zeros(N, np.float32)
+    opt = octopt.AdamW([w], bits=8, state_map="fp8")
+    opt.param_groups[0]["state_map"] = "dynamic"
+    with pytest.raises(ValueError, match="'state_map'='dynamic' but its state was laid out with 'fp8'"):
+        opt.step([w.copy()])
+
+
 def test_map_values_and_names_of_the_core():
     q = octopt._octopt.state_map_values(8, True, "fp8")
     assert np.array_equal(np.asarray(q, np.float32), octopt.fp8_map())
