@@ -368,7 +368,7 @@ void validate_layout(const LayoutOptions& lo, const char* fn) {
   if (lo.first_moment_bits != 0 && lo.first_moment_bits != 32 && lo.first_moment_bits != 8 && lo.first_moment_bits != 4)
     throw std::invalid_argument(f + ": 'first_moment_bits' must be None, 32, 8 or 4, got " +
                                 std::to_string(lo.first_moment_bits));
-  if (int(lo.state_map) < 0 || int(lo.state_map) >= kNumStateMapKinds)
+  if (int(lo.state_map) >= kNumStateMapKinds)  // an enum value cast from outside the list
     throw std::invalid_argument(f + ": 'state_map' must be 'dynamic' or 'fp8', got value " +
                                 std::to_string(int(lo.state_map)));
   if (lo.state_map == StateMap::fp8 && (lo.bits == 4 || lo.first_moment_bits == 4))
