@@ -65,7 +65,7 @@ def test_state_dict_format():
     assert sd["state"][3]["exp_avg_absmax"].shape == (64 * 80 // 64,)
     assert [g["params"] for g in sd["param_groups"]] == [[0, 1], [2], [3]]
     assert sd["param_groups"][2]["lr"] == 5e-3
-    assert sd["octopt"]["layout"][3] == {"exp_avg": [4, 64], "exp_avg_sq": [4, 64]}
+    assert sd["octopt"]["layout"][3] == {"exp_avg": [4, 64, "dynamic"], "exp_avg_sq": [4, 64, "dynamic"]}
 
 
 @pytest.mark.parametrize("stochastic", (False, True))
