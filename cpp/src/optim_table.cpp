@@ -214,16 +214,49 @@ bool optim_takes(const OptimDef& def, const char* key) {
 
 // ---- layout -------------------------------------------------------------------------------------
 
-const char* state_map_name(int bits, bool is_signed) {
+const char* state_map_key(StateMap map) { return map == StateMap::fp8 ? "fp8" : "dynamic"; }
+
+StateMap parse_state_map(const std::string& key, const char* fn) {
+  for (int m = 0; m < kNumStateMapKinds; ++m)
+    if (key == state_map_key(StateMap(m))) return StateMap(m);
+  throw std::invalid_argument(std::string(fn) + ": 'state_map' must be 'dynamic' or 'fp8', got '" + key + "'");
+}
+
+const char* state_map_name(int bits, bool is_signed, StateMap map) {
   if (bits == 32) return "float32";
+  if (map == StateMap::fp8) return "fp8_e4m3";
   if (bits == 8) return is_signed ? "dynamic_signed_8" : "dynamic_unsigned_8";
   return is_signed ? "dynamic_signed_4" : "log2_step0.8_nozero_4";
 }
 
-std::vector<float> state_map_values(int bits, bool is_signed) {
+std::vector<float> state_map_values(int bits, bool is_signed, StateMap map) {
+  if (bits != 8 && bits != 4)
+    throw std::invalid_argument("state_map_values: argument 'bits' must be 8 or 4, got " + std::to_string(bits));
+  if (map == StateMap::fp8) {
+    if (bits != 8) throw std::invalid_argument("state_map_values: the fp8 map has 8 bits, got bits=4");
+    return fp8_map();  // signed and unsigned slots share its values
+  }
   if (bits == 8) return dynamic_map(is_signed, 7, 8);
-  if (bits == 4) return is_signed ? dynamic_map(true, 3, 4) : log2_map_nozero(4, 0.8);
-  throw std::invalid_argument("state_map_values: argument 'bits' must be 8 or 4, got " + std::to_string(bits));
+  return is_signed ? dynamic_map(true, 3, 4) : log2_map_nozero(4, 0.8);
+}
+
+const std::vector<Codebook>& state_codebooks() {
+  static const std::vector<Codebook> books = [] {
+    std::vector<Codebook> b(kNumStateMaps);
+    for (int m = 0; m < kNumStateMapKinds; ++m)
+      for (int bits : {8, 4}) {
+        if (StateMap(m) == StateMap::fp8 && bits == 4) continue;
+        for (bool is_signed : {true, false}) {
+          const std::vector<float> q = state_map_values(bits, is_signed, StateMap(m));
+          Codebook& cb = b[std::size_t(state_map_index(bits, is_signed, StateMap(m)))];
+          cb = make_codebook(q.data(), std::int64_t(q.size()), bits, "state_codebooks", "qmap");
+          // unsigned (second-moment) states never round a positive value to zero (docs/numerics.md)
+          if (!is_signed) keep_nonzero(cb);
+        }
+      }
+    return b;
+  }();
+  return books;
 }
 
 std::vector<int> used_slots(OptimKind kind, const HyperParams& hp) {
@@ -247,7 +280,7 @@ TensorLayout layout_tensor(OptimKind kind, const HyperParams& hp, const LayoutOp
     // 4-bit codes round stochastically unless told otherwise: with 16 levels the bias of nearest
     // rounding accumulates over steps (docs/decisions.md)
     const bool stochastic = b != 32 && (stochastic_rounding < 0 ? b == 4 : stochastic_rounding > 0);
-    t.slots.push_back({k, s.name, s.is_signed, b, t.block_size, stochastic});
+    t.slots.push_back({k, s.name, s.is_signed, b, t.block_size, stochastic, b == 8 ? lo.state_map : StateMap::dynamic});
   }
   return t;
 }
@@ -256,9 +289,9 @@ double slot_initial_value(OptimKind kind, int slot, const LayoutOptions& lo) {
   return kind == OptimKind::adagrad && slot == 0 ? lo.initial_accumulator_value : 0.0;
 }
 
-std::uint8_t slot_initial_code(int bits, bool is_signed, double init) {
+std::uint8_t slot_initial_code(int bits, bool is_signed, double init, StateMap map) {
   // absmax = |init| and the code nearest to sign(init): a constant block decodes to init exactly
-  const std::vector<float> q = state_map_values(bits, is_signed);
+  const std::vector<float> q = state_map_values(bits, is_signed, map);
   const double target = init > 0 ? 1.0 : 0.0;
   int code = 0;
   for (int c = 1; c < int(q.size()); ++c)
@@ -335,6 +368,12 @@ void validate_layout(const LayoutOptions& lo, const char* fn) {
   if (lo.first_moment_bits != 0 && lo.first_moment_bits != 32 && lo.first_moment_bits != 8 && lo.first_moment_bits != 4)
     throw std::invalid_argument(f + ": 'first_moment_bits' must be None, 32, 8 or 4, got " +
                                 std::to_string(lo.first_moment_bits));
+  if (int(lo.state_map) >= kNumStateMapKinds)  // an enum value cast from outside the list
+    throw std::invalid_argument(f + ": 'state_map' must be 'dynamic' or 'fp8', got value " +
+                                std::to_string(int(lo.state_map)));
+  if (lo.state_map == StateMap::fp8 && (lo.bits == 4 || lo.first_moment_bits == 4))
+    throw std::invalid_argument(f + ": 'state_map' 'fp8' is an 8-bit map, but '" +
+                                (lo.bits == 4 ? "bits" : "first_moment_bits") + "' is 4");
   const int bs = lo.block_size;
   if (bs != 0 && (bs < kMinBlockSize || bs > kMaxBlockSize || (bs & (bs - 1))))
     throw std::invalid_argument(f + ": 'block_size' must be a power of two in [" + std::to_string(kMinBlockSize) +

@@ -97,7 +97,7 @@ void StepPlan::Impl::fill_state(Tensor& t) {
       std::vector<float> f(v.count, float(init));
       put(v, f.data(), f.size() * 4);
     } else {
-      std::vector<std::uint8_t> codes(v.count, slot_initial_code(s.bits, s.is_signed, init));
+      std::vector<std::uint8_t> codes(v.count, slot_initial_code(s.bits, s.is_signed, init, s.map));
       std::vector<float> am(a.count, float(init));
       put(v, codes.data(), codes.size());
       put(a, am.data(), am.size() * 4);
@@ -157,14 +157,7 @@ StepPlan::StepPlan(OptimKind kind, const PlanOptions& options, std::shared_ptr<S
   p.kind = kind;
   p.options = options;
   p.allocator = std::move(allocator);
-  for (int m = 0; m < kNumStateMaps; ++m) {
-    const int bits = m < 2 ? 8 : 4;
-    const bool is_signed = m % 2 == 0;
-    const std::vector<float> q = state_map_values(bits, is_signed);
-    p.codebooks.push_back(make_codebook(q.data(), std::int64_t(q.size()), bits, fn, "qmap"));
-    // unsigned (second-moment) states never round a positive value to zero (docs/numerics.md)
-    if (!is_signed) keep_nonzero(p.codebooks.back());
-  }
+  p.codebooks = state_codebooks();
 }
 
 StepPlan::~StepPlan() = default;
@@ -268,7 +261,7 @@ std::size_t StepPlan::add_tensor(int group, void* data, DType dtype, const std::
         t.absmax[s.index] = p.allocate(std::size_t(num_blocks(n, s.block_size)), StateElem::f32);
         b.data = t.values[s.index].ptr;
         b.absmax = static_cast<float*>(t.absmax[s.index].ptr);
-        b.codebook = state_map_index(s.bits, s.is_signed);
+        b.codebook = state_map_index(s.bits, s.is_signed, s.map);
       }
       // an empty tensor still marks its slots as used
       if (!b.data) b.data = this;

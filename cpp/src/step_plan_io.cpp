@@ -29,10 +29,11 @@ std::string shape_str(const std::vector<std::int64_t>& s) {
   return out + (s.size() == 1 ? ",)" : ")");
 }
 
-const char* const kLayoutKeys[] = {"bits", "block_size", "min_8bit_size", "first_moment_bits"};
+const char* const kLayoutKeys[] = {"bits", "block_size", "min_8bit_size", "first_moment_bits", "state_map"};
 
 Json layout_value(const LayoutOptions& lo, const std::string& key) {
   if (key == "bits") return integer(lo.bits);
+  if (key == "state_map") return Json::string(state_map_key(lo.state_map));
   if (key == "block_size") return lo.block_size ? integer(lo.block_size) : Json();
   if (key == "min_8bit_size") return integer(lo.min_8bit_size);
   return lo.first_moment_bits ? integer(lo.first_moment_bits) : Json();  // first_moment_bits
@@ -98,7 +99,7 @@ void StepPlan::save(const std::string& path) {
       }
       slots.emplace_back(s.name, Json::object({{"bits", integer(s.bits)},
                                                {"block_size", integer(t.layout.block_size)},
-                                               {"map", Json::string(state_map_name(s.bits, s.is_signed))}}));
+                                               {"map", Json::string(state_map_name(s.bits, s.is_signed, s.map))}}));
     }
     // keys sorted, as Python's json.dumps(sort_keys=True) writes them
     std::sort(slots.begin(), slots.end(),
@@ -192,6 +193,9 @@ void StepPlan::load(const std::string& path) {
                                   want_ids + " here");
     for (const char* key : kLayoutKeys) {
       const Json* v = g.find(key);
+      // files written before the option existed hold the dynamic maps
+      const Json dynamic = Json::string(state_map_key(StateMap::dynamic));
+      if (!v && std::string(key) == "state_map") v = &dynamic;
       const std::string theirs = v ? detail::write_json(*v) : "(missing)";
       const std::string here = detail::write_json(layout_value(mine.layout, key));
       if (theirs != here)
@@ -305,9 +309,10 @@ void StepPlan::load(const std::string& path) {
       const Json& spec = *slots->find(s.name);
       const std::string swhere = where + " slot '" + s.name + "'";
       if (!spec.is_object()) throw malformed("tensor " + std::to_string(i) + " slot '" + s.name + "' is not an object");
-      const std::pair<const char*, Json> expect[3] = {{"bits", integer(s.bits)},
-                                                      {"block_size", integer(t.layout.block_size)},
-                                                      {"map", Json::string(state_map_name(s.bits, s.is_signed))}};
+      const std::pair<const char*, Json> expect[3] = {
+          {"bits", integer(s.bits)},
+          {"block_size", integer(t.layout.block_size)},
+          {"map", Json::string(state_map_name(s.bits, s.is_signed, s.map))}};
       for (const auto& [key, want] : expect) {
         const Json* v = spec.find(key);
         const std::string got = v ? detail::write_json(*v) : "(missing)";

@@ -15,7 +15,10 @@ HPARAMS: list[dict] = list(_octopt.hparam_table())
 _TYPES = {h["key"]: h["type"] for h in HPARAMS}
 
 # Keys of a param group that fix the state layout: set when a group is added, never changed afterwards.
-LAYOUT_KEYS = ("bits", "block_size", "min_8bit_size", "first_moment_bits")
+LAYOUT_KEYS = ("bits", "block_size", "min_8bit_size", "first_moment_bits", "state_map")
+# The values of the layout key "state_map": the maps of 8-bit state ("dynamic": bitsandbytes' dynamic maps,
+# "fp8": the values of an fp8 e4m3 number).
+STATE_MAPS: tuple[str, ...] = tuple(_octopt.layout_rules()["state_maps"])
 # Keys a param group may hold, beyond "params": the table's hyper-parameters (the betas as one tuple),
 # Adagrad's initial_accumulator_value and the layout keys.
 GROUP_KEYS = (
@@ -81,7 +84,15 @@ def to_layout(group: dict, fn: str) -> Any:
     lo.block_size = _layout_int(group["block_size"], "block_size", fn, True, "a power of two in [32, 4096]")
     lo.min_8bit_size = _layout_int(group["min_8bit_size"], "min_8bit_size", fn, False, "an int >= 0")
     lo.initial_accumulator_value = _number(group["initial_accumulator_value"], "initial_accumulator_value", fn)
+    lo.state_map = state_map(group.get("state_map", "dynamic"), fn)
     return lo
+
+
+def state_map(v: Any, fn: str) -> str:
+    """The layout option ``state_map`` checked: one of STATE_MAPS."""
+    if not isinstance(v, str) or v not in STATE_MAPS:
+        raise ValueError(f"{fn}: 'state_map' must be {' or '.join(map(repr, STATE_MAPS))}, got {v!r}")
+    return v
 
 
 def check_keys(kind: str, group: dict, fn: str) -> None:

@@ -13,7 +13,7 @@ from . import _hparams, _octopt
 SLOTS = {name: tuple((s[0], s[1]) for s in e["slots"]) for name, e in _hparams.TABLE.items()}
 
 _RULES = _octopt.layout_rules()
-# The maps of quantized state: (bits, signed) -> name.
+# The maps of quantized state: (bits, signed, state_map) -> the name state files record.
 MAP_NAMES = dict(_RULES["maps"])
 
 
@@ -23,17 +23,18 @@ class SlotSpec(NamedTuple):
     signed: bool
     bits: int  # 32, 8 or 4
     block_size: int
+    state_map: str = "dynamic"  # the map family of an 8-bit slot ("dynamic" for other bits)
 
     @property
     def map_name(self) -> str:
-        return "float32" if self.bits == 32 else MAP_NAMES[(self.bits, self.signed)]
+        return "float32" if self.bits == 32 else MAP_NAMES[(self.bits, self.signed, self.state_map)]
 
 
 def layout_slots(kind: str, group: dict, numel: int, fn: str = "Optimizer") -> tuple[int, list[SlotSpec]]:
     """(block_size, slot specs) of one tensor of this group, as the core lays it out."""
     hp, lo = _hparams.convert_group(kind, group, fn)
     block_size, slots = _octopt.layout_tensor(kind, hp, lo, int(numel))
-    return block_size, [SlotSpec(i, name, signed, bits, bs) for i, name, signed, bits, bs, _ in slots]
+    return block_size, [SlotSpec(i, name, signed, bits, bs, m) for i, name, signed, bits, bs, _, m in slots]
 
 
 def used_slots(kind: str, group: dict) -> list[int]:
@@ -43,13 +44,13 @@ def used_slots(kind: str, group: dict) -> list[int]:
 
 def slot_map(spec: SlotSpec) -> np.ndarray:
     """The quantization map of a quantized slot."""
-    return np.asarray(_octopt.state_map_values(spec.bits, spec.signed), dtype=np.float32)
+    return np.asarray(_octopt.state_map_values(spec.bits, spec.signed, spec.state_map), dtype=np.float32)
 
 
 def initial_fill(spec: SlotSpec, init: float) -> tuple[int, float]:
     """(code byte, absmax) of a quantized slot whose every value is ``init``: absmax = |init| and the code
     nearest to sign(init) (0 when init == 0); 4-bit bytes hold the code twice."""
-    return int(_octopt.slot_initial_code(spec.bits, spec.signed, float(init))), float(init)
+    return int(_octopt.slot_initial_code(spec.bits, spec.signed, float(init), spec.state_map)), float(init)
 
 
 def initial_value(kind: str, spec: SlotSpec, group: dict) -> float:

@@ -189,10 +189,10 @@ class Optimizer:
 
     def _tensor_state(self, p: Any, info: _arrays.ArrayInfo, gid: int, index: int) -> _TensorState:
         t = _TensorState(p, info, gid, self._plan.tensor_block_size(index), [], self, index)
-        for slot, name, signed, bits, block_size, _map_name, _stochastic, data, absmax in self._plan.tensor_state(
+        for slot, name, signed, bits, block_size, state_map, _stochastic, data, absmax in self._plan.tensor_state(
             index
         ):
-            t.specs.append(_layout.SlotSpec(slot, name, signed, bits, block_size))
+            t.specs.append(_layout.SlotSpec(slot, name, signed, bits, block_size, state_map))
             t.buffers[slot] = (data, absmax)
         return t
 

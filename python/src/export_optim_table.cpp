@@ -55,6 +55,7 @@ nb::dict optim_entry(const octopt::OptimDef& o) {
   defaults["block_size"] = nb::none();
   defaults["min_8bit_size"] = lo.min_8bit_size;
   defaults["first_moment_bits"] = nb::none();
+  defaults["state_map"] = octopt::state_map_key(lo.state_map);
   e["defaults"] = defaults;
   return e;
 }
@@ -82,7 +83,12 @@ void export_optim_table(nb::module_& m) {
       .def_rw("block_size", &octopt::LayoutOptions::block_size)
       .def_rw("min_8bit_size", &octopt::LayoutOptions::min_8bit_size)
       .def_rw("first_moment_bits", &octopt::LayoutOptions::first_moment_bits)
-      .def_rw("initial_accumulator_value", &octopt::LayoutOptions::initial_accumulator_value);
+      .def_rw("initial_accumulator_value", &octopt::LayoutOptions::initial_accumulator_value)
+      .def_prop_rw(
+          "state_map", [](const octopt::LayoutOptions& lo) { return octopt::state_map_key(lo.state_map); },
+          [](octopt::LayoutOptions& lo, const std::string& v) {
+            lo.state_map = octopt::parse_state_map(v, "LayoutOptions");
+          });
 
   m.def(
       "optimizer_table",
@@ -121,15 +127,34 @@ void export_optim_table(nb::module_& m) {
                                                  nb::make_tuple(8, octopt::default_block_size(8)),
                                                  nb::make_tuple(4, octopt::default_block_size(4)));
         r["min_8bit_size"] = octopt::kDefaultMin8bitSize;
+        // (bits, signed, state_map) -> the name state files record
         nb::dict maps;
-        for (int bits : {8, 4})
-          for (bool s : {true, false}) maps[nb::make_tuple(bits, s)] = octopt::state_map_name(bits, s);
+        nb::list kinds;
+        for (int m = 0; m < octopt::kNumStateMapKinds; ++m) {
+          const auto map = octopt::StateMap(m);
+          kinds.append(octopt::state_map_key(map));
+          for (int bits : {8, 4})
+            for (bool s : {true, false})
+              if (map != octopt::StateMap::fp8 || bits == 8)
+                maps[nb::make_tuple(bits, s, octopt::state_map_key(map))] = octopt::state_map_name(bits, s, map);
+        }
         r["maps"] = maps;
+        r["state_maps"] = nb::tuple(kinds);
         return r;
       },
       "The layout rules: block sizes, min_8bit_size and the maps of quantized state.");
-  m.def("state_map_values", &octopt::state_map_values, nb::arg("bits"), nb::arg("signed"));
-  m.def("state_map_index", &octopt::state_map_index, nb::arg("bits"), nb::arg("signed"));
+  m.def(
+      "state_map_values",
+      [](int bits, bool is_signed, const std::string& map) {
+        return octopt::state_map_values(bits, is_signed, octopt::parse_state_map(map, "state_map_values"));
+      },
+      nb::arg("bits"), nb::arg("signed"), nb::arg("state_map") = "dynamic");
+  m.def(
+      "state_map_index",
+      [](int bits, bool is_signed, const std::string& map) {
+        return octopt::state_map_index(bits, is_signed, octopt::parse_state_map(map, "state_map_index"));
+      },
+      nb::arg("bits"), nb::arg("signed"), nb::arg("state_map") = "dynamic");
   m.def(
       "validate_hparams",
       [](const std::string& kind, const octopt::HyperParams& h, const std::string& fn) {
@@ -148,7 +173,8 @@ void export_optim_table(nb::module_& m) {
             octopt::layout_tensor(octopt::optim_def(kind).kind, h, lo, numel, stochastic_rounding);
         nb::list slots;
         for (const auto& s : t.slots)
-          slots.append(nb::make_tuple(s.index, s.name, s.is_signed, s.bits, s.block_size, s.stochastic));
+          slots.append(nb::make_tuple(s.index, s.name, s.is_signed, s.bits, s.block_size, s.stochastic,
+                                      octopt::state_map_key(s.map)));
         return nb::make_tuple(t.block_size, slots);
       },
       nb::arg("kind"), nb::arg("hparams"), nb::arg("layout"), nb::arg("numel"), nb::arg("stochastic_rounding") = -1);
@@ -158,7 +184,12 @@ void export_optim_table(nb::module_& m) {
         return octopt::slot_initial_value(octopt::optim_def(kind).kind, slot, lo);
       },
       nb::arg("kind"), nb::arg("slot"), nb::arg("layout"));
-  m.def("slot_initial_code", &octopt::slot_initial_code, nb::arg("bits"), nb::arg("signed"), nb::arg("init"));
+  m.def(
+      "slot_initial_code",
+      [](int bits, bool is_signed, double init, const std::string& map) {
+        return octopt::slot_initial_code(bits, is_signed, init, octopt::parse_state_map(map, "slot_initial_code"));
+      },
+      nb::arg("bits"), nb::arg("signed"), nb::arg("init"), nb::arg("state_map") = "dynamic");
   m.def("format_real", &octopt::format_real, nb::arg("value"));
   m.def(
       "validate_block_size",

@@ -109,13 +109,14 @@ class PyStepPlan {
     return i;
   }
 
-  // Per used slot: (slot index, name, signed, bits, block size, map name, stochastic, data, absmax or None).
+  // Per used slot: (slot index, name, signed, bits, block size, state map ("dynamic"/"fp8"), stochastic, data,
+  // absmax or None).
   nb::list tensor_state(std::size_t i) const {
     nb::list out;
     for (const octopt::StateBuffers& b : plan_->tensor_state(i)) {
       const octopt::SlotLayout& s = b.slot;
-      out.append(nb::make_tuple(s.index, s.name, s.is_signed, s.bits, s.block_size,
-                                octopt::state_map_name(s.bits, s.is_signed), s.stochastic, alloc_->array(b.data),
+      out.append(nb::make_tuple(s.index, s.name, s.is_signed, s.bits, s.block_size, octopt::state_map_key(s.map),
+                                s.stochastic, alloc_->array(b.data),
                                 s.bits == 32 ? nb::none() : alloc_->array(b.absmax)));
     }
     return out;

@@ -4,29 +4,11 @@
 #include <optional>
 
 #include "ffi_step.hpp"
-#include "octopt/qmap.hpp"
+#include "octopt/optim_table.hpp"
 
 namespace octopt_ffi {
 
 namespace {
-
-// The codebooks octopt.Optimizer registers, in _layout.CODEBOOKS order: (8, signed), (8, unsigned),
-// (4, signed), (4, unsigned); unsigned ones never round a positive value to zero.
-const std::vector<octopt::Codebook>& codebooks() {
-  static const std::vector<octopt::Codebook> books = [] {
-    std::vector<octopt::Codebook> b;
-    b.push_back(octopt::make_codebook(octopt::dynamic_map(true, 7, 8), 8));
-    b.push_back(octopt::make_codebook(octopt::dynamic_map(false, 7, 8), 8));
-    b.push_back(octopt::make_codebook(octopt::dynamic_map(true, 3, 4), 4));
-    b.push_back(octopt::make_codebook(octopt::log2_map_nozero(4, 0.8), 4));
-    octopt::keep_nonzero(b[1]);
-    octopt::keep_nonzero(b[3]);
-    return b;
-  }();
-  return books;
-}
-
-int codebook_index(int bits, bool is_signed) { return (bits == 8 ? 0 : 2) + (is_signed ? 0 : 1); }
 
 bool float_dtype(ffi::DataType t, octopt::DType* out) {
   switch (t) {
@@ -117,7 +99,12 @@ ffi::Error take_tensor(Buffers& bufs, const Attrs& a, std::size_t t, octopt::Ste
     st.data = dout->untyped_data();
     st.stochastic = a.slot_stochastic[3 * t + k] != 0;
     if (bits == 32) continue;
-    st.codebook = codebook_index(bits, a.slot_signed[3 * t + k] != 0);
+    // the slot's map, by octopt::state_map_index (set by octopt.optax from the layout)
+    const std::int64_t cb = a.slot_codebooks[3 * t + k];
+    if (cb < 0 || cb >= octopt::kNumStateMaps || octopt::state_codebooks()[std::size_t(cb)].size != (1 << bits))
+      return bad("internal: state slot " + std::to_string(k) + " has codebook " + std::to_string(cb) +
+                 ", which is no map of " + std::to_string(bits) + "-bit state");
+    st.codebook = int(cb);
     auto ain = bufs.operand();
     auto aout = bufs.result();
     if (!ain || !aout) return bad("internal: missing absmax buffer");
@@ -144,7 +131,7 @@ ffi::Error check_attrs(const Attrs& a, std::size_t n_hp_dynamic) {
   if (n_hp_dynamic != kNumHyperParams || a.hp_static.size() != kNumHyperParams)
     return bad("internal: expected " + std::to_string(kNumHyperParams) + " hyper-parameters");
   if (a.slot_bits.size() != 3 * n_tensors || a.slot_stochastic.size() != 3 * n_tensors ||
-      a.slot_signed.size() != 3 * n_tensors || a.rng_streams.size() != n_tensors)
+      a.slot_codebooks.size() != 3 * n_tensors || a.rng_streams.size() != n_tensors)
     return bad("internal: expected 3 state slot descriptions per tensor");
   return ffi::Error::Success();
 }
@@ -166,8 +153,8 @@ ffi::Error take_tensors(const ffi::RemainingArgs& in, const ffi::RemainingRets& 
 octopt::StepConfig step_config(const Attrs& a, std::int64_t step) {
   octopt::StepConfig cfg;
   cfg.kind = octopt::OptimKind(a.kind);
-  cfg.codebooks = codebooks().data();
-  cfg.num_codebooks = int(codebooks().size());
+  cfg.codebooks = octopt::state_codebooks().data();
+  cfg.num_codebooks = int(octopt::state_codebooks().size());
   cfg.seed = std::uint64_t(a.seed);
   cfg.step = step;
   cfg.stochastic_state = (a.flags & octopt::kHpStochasticState) != 0;

@@ -25,7 +25,7 @@ struct Attrs {
   std::int64_t kind, mode;
   ffi::Span<const double> hp_static;
   std::int64_t dynamic_mask, flags, seed;
-  ffi::Span<const std::int64_t> block_sizes, slot_bits, slot_stochastic, slot_signed, rng_streams;
+  ffi::Span<const std::int64_t> block_sizes, slot_bits, slot_stochastic, slot_codebooks, rng_streams;
 };
 
 // An operand to copy into its (unaliased) result before the step.
@@ -67,11 +67,11 @@ auto bind_step(Binding b) {
       .template Attr<ffi::Span<const std::int64_t>>("block_sizes")
       .template Attr<ffi::Span<const std::int64_t>>("slot_bits")
       .template Attr<ffi::Span<const std::int64_t>>("slot_stochastic")
-      .template Attr<ffi::Span<const std::int64_t>>("slot_signed")
+      .template Attr<ffi::Span<const std::int64_t>>("slot_codebooks")
       .template Attr<ffi::Span<const std::int64_t>>("rng_streams");
 }
 
-// The StepConfig of a call (codebooks on the host, in _layout.CODEBOOKS order); step = `step`.
+// The StepConfig of a call (the core's state_codebooks(), by state_map_index); step = `step`.
 octopt::StepConfig step_config(const Attrs& a, std::int64_t step);
 
 }  // namespace octopt_ffi

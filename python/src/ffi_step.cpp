@@ -34,11 +34,11 @@ ffi::Error StepImpl(ffi::Buffer<ffi::F32> hp_dynamic, ffi::Buffer<ffi::S32> step
                     ffi::RemainingRets out, std::int64_t kind, std::int64_t mode, ffi::Span<const double> hp_static,
                     std::int64_t dynamic_mask, std::int64_t flags, std::int64_t seed,
                     ffi::Span<const std::int64_t> block_sizes, ffi::Span<const std::int64_t> slot_bits,
-                    ffi::Span<const std::int64_t> slot_stochastic, ffi::Span<const std::int64_t> slot_signed,
+                    ffi::Span<const std::int64_t> slot_stochastic, ffi::Span<const std::int64_t> slot_codebooks,
                     ffi::Span<const std::int64_t> rng_streams) {
   using octopt_ffi::kNumHyperParams;
-  const octopt_ffi::Attrs a{kind,        mode,      hp_static,       dynamic_mask, flags,      seed,
-                            block_sizes, slot_bits, slot_stochastic, slot_signed,  rng_streams};
+  const octopt_ffi::Attrs a{kind,        mode,      hp_static,       dynamic_mask,   flags,      seed,
+                            block_sizes, slot_bits, slot_stochastic, slot_codebooks, rng_streams};
   if (ffi::Error e = octopt_ffi::check_attrs(a, hp_dynamic.element_count()); !e.success()) return e;
   if (step_buf.element_count() != 1) return bad("internal: the step must be a scalar");
   const std::int64_t step = step_buf.typed_data()[0];

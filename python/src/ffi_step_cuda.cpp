@@ -36,11 +36,11 @@ ffi::Error StepCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi:
                         std::int64_t kind, std::int64_t mode, ffi::Span<const double> hp_static,
                         std::int64_t dynamic_mask, std::int64_t flags, std::int64_t seed,
                         ffi::Span<const std::int64_t> block_sizes, ffi::Span<const std::int64_t> slot_bits,
-                        ffi::Span<const std::int64_t> slot_stochastic, ffi::Span<const std::int64_t> slot_signed,
+                        ffi::Span<const std::int64_t> slot_stochastic, ffi::Span<const std::int64_t> slot_codebooks,
                         ffi::Span<const std::int64_t> rng_streams) {
   using octopt::kNumHyperParams;
-  const octopt_ffi::Attrs a{kind,        mode,      hp_static,       dynamic_mask, flags,      seed,
-                            block_sizes, slot_bits, slot_stochastic, slot_signed,  rng_streams};
+  const octopt_ffi::Attrs a{kind,        mode,      hp_static,       dynamic_mask,   flags,      seed,
+                            block_sizes, slot_bits, slot_stochastic, slot_codebooks, rng_streams};
   if (ffi::Error e = octopt_ffi::check_attrs(a, hp_dynamic.element_count()); !e.success()) return e;
   if (step_buf.element_count() != 1) return bad("internal: the step must be a scalar");
   // The static hyper-parameters can be checked here; the traced ones only on the device.

@@ -8,6 +8,7 @@
 
 #include "harness.hpp"
 #include "octopt/optimizer.hpp"
+#include "octopt/qmap.hpp"
 #include "octopt/state_io.hpp"
 
 using namespace octopt;
@@ -146,5 +147,65 @@ OCTOPT_TEST(step_plan_groups_dtypes_and_files) {
   other.add_group(hp, lo8);
   other.add_param(0, w2.data(), DType::f32, {100, 50});
   CHECK_THROWS(other.load(path), std::invalid_argument, {"2 tensors but this optimizer has 1"});
+  std::remove(path.c_str());
+}
+
+// LayoutOptions::state_map = fp8: 8-bit slots in the fp8 map (codebooks 4/5), refused with 4-bit state,
+// named in the state file, restored by a load and refused by a plan of the dynamic maps.
+OCTOPT_TEST(fp8_state_map_layout_codes_and_files) {
+  LayoutOptions lo;
+  lo.state_map = StateMap::fp8;
+  validate_layout(lo, "Adam");
+  HyperParams hp;
+  TensorLayout t = layout_tensor(OptimKind::adam, hp, lo, 1 << 20);
+  CHECK(t.slots[0].map == StateMap::fp8 && t.slots[1].map == StateMap::fp8);
+  CHECK_EQ(state_map_index(8, true, StateMap::fp8), 4);
+  CHECK_EQ(state_map_index(8, false, StateMap::fp8), 5);
+  CHECK_EQ(std::string(state_map_name(8, false, StateMap::fp8)), std::string("fp8_e4m3"));
+  CHECK_EQ(int(state_codebooks().size()), kNumStateMaps);
+  const Codebook& u = state_codebooks()[5];
+  CHECK(u.nonzero_floor >= 0 && u.values[u.nonzero_floor] > 0.0f);  // unsigned: keep_nonzero
+  CHECK_EQ(state_codebooks()[4].nonzero_floor, -1);
+  const std::vector<float> q = fp8_map();
+  for (int k = 0; k < 256; ++k) CHECK_BITS_EQ(state_codebooks()[4].values[k], q[std::size_t(k)]);
+  CHECK(parse_state_map("fp8", "f") == StateMap::fp8 && parse_state_map("dynamic", "f") == StateMap::dynamic);
+  CHECK_THROWS(parse_state_map("e5m2", "Adam"), std::invalid_argument,
+               {"Adam: 'state_map' must be 'dynamic' or 'fp8', got 'e5m2'"});
+  lo.bits = 4;
+  CHECK_THROWS(validate_layout(lo, "Adam"), std::invalid_argument,
+               {"'state_map' 'fp8' is an 8-bit map, but 'bits' is 4"});
+  lo.bits = 8;
+  lo.first_moment_bits = 4;
+  CHECK_THROWS(validate_layout(lo, "Adam"), std::invalid_argument, {"but 'first_moment_bits' is 4"});
+  lo.first_moment_bits = 0;
+  lo.bits = 32;
+  validate_layout(lo, "Adam");  // nothing quantized: no effect
+  lo.bits = 8;
+
+  const int n = 5000;
+  std::vector<float> w(n), g(n);
+  for (int i = 0; i < n; ++i) w[std::size_t(i)] = float(i % 17) * 0.1f - 0.8f, g[std::size_t(i)] = float(i % 13) - 6.0f;
+  Optimizer opt(OptimKind::adamw, PlanOptions{});
+  hp.lr = 1e-2;
+  opt.add_group(hp, lo);
+  opt.add_param(0, w.data(), DType::f32, {n});
+  opt.step({g.data()}, {DType::f32});
+  const std::string path = temp_path("fp8");
+  opt.save(path);
+  const StateFile file = read_state_file(path);
+  CHECK(file.metadata.at("octopt.tensors").find("\"map\":\"fp8_e4m3\"") != std::string::npos);
+  CHECK(file.metadata.at("octopt.hparams").find("\"state_map\":\"fp8\"") != std::string::npos);
+  std::vector<float> w2 = w;
+  Optimizer resumed(OptimKind::adamw, PlanOptions{});
+  resumed.add_group(hp, lo);
+  resumed.add_param(0, w2.data(), DType::f32, {n});
+  resumed.load(path);
+  opt.step({g.data()}, {DType::f32});
+  resumed.step({g.data()}, {DType::f32});
+  CHECK(w == w2);
+  Optimizer dynamic(OptimKind::adamw, PlanOptions{});
+  dynamic.add_group(hp, LayoutOptions{});
+  dynamic.add_param(0, w2.data(), DType::f32, {n});
+  CHECK_THROWS(dynamic.load(path), std::invalid_argument, {"state_map=\"fp8\" in the file but \"dynamic\" here"});
   std::remove(path.c_str());
 }

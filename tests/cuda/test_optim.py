@@ -71,6 +71,28 @@ def test_percentile_matches_cpu(cuda_array_case, make_pair, assert_same_bytes, b
         assert_same_bytes(f"params[{i}]", bytes_of(case, pg), bytes_of(twin, pc))
 
 
+@pytest.mark.parametrize("name", ["AdamW", "SGD", "Adagrad"])
+def test_fp8_state_map_matches_cpu(cuda_array_case, name, make_pair, assert_same_bytes, bytes_of):
+    """state_map="fp8": the fp8 codebooks (signed and unsigned) reach the kernel; every byte as on the CPU."""
+    case = cuda_array_case
+    twin, gpu, cpu, og, oc = make_pair(case, name, 8, state_map="fp8")
+    assert {s["map"] for t in oc.state_layout() for s in t["slots"].values()} >= {"fp8_e4m3"}
+    for s in range(STEPS):
+        gs = [grads_for(n, s, seed=7) for n in SIZES]
+        og.step([case.make(g) for g in gs])
+        oc.step([twin.make(g) for g in gs])
+    for i, (pg, pc) in enumerate(zip(gpu, cpu)):
+        assert_same_bytes(f"params[{i}]", bytes_of(case, pg), bytes_of(twin, pc))
+    sg, sc = og.state_dict(), oc.state_dict()
+    for i, (tg, tc) in enumerate(zip(sg["state"], sc["state"])):
+        for slot, entry in tc["slots"].items():
+            for key in ("data", "absmax"):
+                if key in entry:
+                    assert_same_bytes(
+                        f"state[{i}].{slot}.{key}", bytes_of(case, tg["slots"][slot][key]), bytes_of(twin, entry[key])
+                    )
+
+
 def test_none_grad_and_step_counts(cuda_array_case, make_pair, assert_same_bytes, bytes_of):
     case = cuda_array_case
     twin, gpu, cpu, og, oc = make_pair(case, "Adam", 8)

@@ -16,7 +16,7 @@ import jax.numpy as jnp  # noqa: E402
 import octopt.optax as oo  # noqa: E402
 
 NAMES = ["adam", "adamw", "nadam", "nadamw", "lion", "sgd", "rmsprop", "adagrad", "lamb", "lars", "radam"]
-OCTOPT_EXTRAS = ["maximize", "bits", "block_size", "min_8bit_size", "first_moment_bits", "seed"]
+OCTOPT_EXTRAS = ["maximize", "bits", "block_size", "min_8bit_size", "first_moment_bits", "state_map", "seed"]
 OCTOPT_EXTRAS += ["stochastic_rounding", "stochastic_bf16"]
 
 

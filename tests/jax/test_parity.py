@@ -27,6 +27,26 @@ def test_fused_step_is_bit_identical_to_numpy_path(
     assert int(state.count) == len(grads)
 
 
+@pytest.mark.parametrize("kind", ("adamw", "sgd", "adagrad"))
+def test_fp8_state_is_bit_identical_to_numpy_path(kind, problem, reference, transformation, as_jax, assert_state_equal):
+    """state_map="fp8": the slots' codebook reaches the XLA handler (signed and unsigned slots)."""
+    p0, grads = problem()
+    ref = reference(kind, p0, grads, bits=8, state_map="fp8")
+    assert {s["map"] for t in ref.state_layout() for s in t["slots"].values()} >= {"fp8_e4m3"}
+    tx = transformation(kind, bits=8, state_map="fp8")
+    params = as_jax(p0)
+    state = tx.init(params)
+    for g in grads:
+        params, state = tx.step(params, as_jax(g), state)
+    for a, b in zip(params, ref.params):
+        np.testing.assert_array_equal(np.asarray(a), b)
+    assert_state_equal(state, ref)
+    with pytest.raises(ValueError, match="'state_map' 'fp8' is an 8-bit map, but 'bits' is 4"):
+        transformation(kind, bits=4, state_map="fp8")
+    with pytest.raises(ValueError, match="'state_map' must be 'dynamic' or 'fp8', got 'e5m2'"):
+        transformation(kind, bits=8, state_map="e5m2")
+
+
 @pytest.mark.parametrize("kind", ("adamw", "sgd", "lion"))
 def test_update_then_apply_updates_is_within_the_documented_bound(
     kind, problem, reference, transformation, as_jax, assert_state_equal, ulp_distance

@@ -143,3 +143,11 @@ def assert_snapshots_equal() -> Callable[[dict, dict], None]:
 def assert_params_bit_equal() -> Callable[[list, list], None]:
     """``assert_params_bit_equal(xs, ys)``: the two lists of parameters hold the same bits."""
     return _assert_params_bit_equal
+
+
+@pytest.fixture(scope="session")
+def ref_blockwise(import_file) -> Any:
+    """tests/core/reference_blockwise.py: the independent NumPy reference of block-wise quantization."""
+    from pathlib import Path
+
+    return import_file(Path(__file__).parent.parent / "core" / "reference_blockwise.py")

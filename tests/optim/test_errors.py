@@ -126,6 +126,8 @@ HP_ERRORS = [
     ("Adam", {"bits": 16}, ValueError, r"'bits' must be 32, 8 or 4, got 16"),
     ("Adam", {"bits": True}, ValueError, r"'bits'"),
     ("Adam", {"first_moment_bits": 16}, ValueError, r"'first_moment_bits'"),
+    ("Adam", {"state_map": "fp16"}, ValueError, r"'state_map' must be 'dynamic' or 'fp8', got 'fp16'"),
+    ("Adam", {"bits": 4, "state_map": "fp8"}, ValueError, r"'state_map' 'fp8' is an 8-bit map, but 'bits' is 4"),
     (
         "Adam",
         {"block_size": 100},

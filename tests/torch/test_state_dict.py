@@ -65,7 +65,7 @@ def test_state_dict_format():
     assert sd["state"][3]["exp_avg_absmax"].shape == (64 * 80 // 64,)
     assert [g["params"] for g in sd["param_groups"]] == [[0, 1], [2], [3]]
     assert sd["param_groups"][2]["lr"] == 5e-3
-    assert sd["octopt"]["layout"][3] == {"exp_avg": [4, 64], "exp_avg_sq": [4, 64]}
+    assert sd["octopt"]["layout"][3] == {"exp_avg": [4, 64, "dynamic"], "exp_avg_sq": [4, 64, "dynamic"]}
 
 
 @pytest.mark.parametrize("stochastic", (False, True))
@@ -330,3 +330,57 @@ def test_bitsandbytes_adam_with_weight_decay_warns():
     opt = ot.Adam8bit([torch.nn.Parameter(torch.zeros(10))])
     with pytest.warns(UserWarning, match="decoupled"):
         opt.load_state_dict(sd)
+
+
+def test_fp8_state_map_round_trips_through_torch_save():
+    """state_map="fp8": the state dict records the map per slot (and the group key), so a load restores the
+    codes as they are, and a load into the dynamic maps decodes them with the fp8 map first."""
+    a_params, b_params = make_params(), make_params()
+    a = ot.AdamW(a_params, bits=8, state_map="fp8")
+    for s in range(3):
+        set_grads(s, a_params)
+        a.step()
+    buf = io.BytesIO()
+    torch.save(a.state_dict(), buf)
+    buf.seek(0)
+    sd = torch.load(buf, weights_only=True)
+    assert sd["param_groups"][0]["state_map"] == "fp8"
+    assert sd["octopt"]["layout"][1]["exp_avg_sq"] == [8, 256, "fp8"]
+    b = ot.AdamW(b_params, bits=8, state_map="fp8")
+    b.load_state_dict(sd)
+    with torch.no_grad():
+        for pa, pb in zip(a_params, b_params):
+            pb.copy_(pa)
+    for s in range(3, 5):
+        set_grads(s, a_params)
+        set_grads(s, b_params)
+        a.step()
+        b.step()
+    assert all(torch.equal(pa, pb) for pa, pb in zip(a_params, b_params))
+    # the group's layout is this optimizer's; the state is converted through float32
+    c = ot.AdamW(make_params(), bits=8)
+    c.load_state_dict(sd)
+    assert c.param_groups[0]["state_map"] == "dynamic"
+    p1 = c.param_groups[0]["params"][1]
+    want = octopt.dequantize_blockwise(
+        sd["state"][1]["exp_avg_sq"], sd["state"][1]["exp_avg_sq_absmax"], qmap=octopt.fp8_map()
+    )
+    got = octopt.dequantize_blockwise(
+        c.state[p1]["exp_avg_sq"], c.state[p1]["exp_avg_sq_absmax"], qmap=octopt.dynamic_map(False)
+    )
+    assert torch.allclose(got, want, rtol=0.1, atol=1e-3 * float(want.max()))
+    bad = copy.deepcopy(sd)
+    bad["octopt"]["layout"][1]["exp_avg"] = [4, 256, "fp8"]
+    with pytest.raises(ValueError, match="'exp_avg' has state map 'fp8' for 4-bit codes"):
+        ot.AdamW(make_params(), bits=8).load_state_dict(bad)
+
+
+def test_state_map_is_a_layout_key():
+    params = make_params()
+    opt = ot.AdamW(params, bits=8, state_map="fp8")
+    opt.param_groups[0]["state_map"] = "dynamic"
+    set_grads(0, params)
+    with pytest.raises(ValueError, match="'state_map'='dynamic' but its state was laid out with 'fp8'"):
+        opt.step()
+    with pytest.raises(ValueError, match="^AdamW: 'state_map' must be 'dynamic' or 'fp8', got 'int8'"):
+        ot.AdamW(make_params(), bits=8, state_map="int8")

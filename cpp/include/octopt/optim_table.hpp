@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "blockwise.hpp"  // kMinBlockSize, kMaxBlockSize: the block sizes quantization accepts
+#include "numerics/codebook.hpp"
 #include "numerics/hparam_ids.hpp"
 #include "numerics/state_slots.hpp"
 #include "numerics/hyper_params.hpp"
@@ -80,6 +81,15 @@ bool optim_takes(const OptimDef& def, const char* key);
 
 // ---- layout -------------------------------------------------------------------------------------
 
+// The family of maps 8-bit quantized state uses (the layout option 'state_map'): bitsandbytes' dynamic
+// maps, or the values of an 8-bit float with 4 exponent and 3 mantissa bits (fp8_map(), as torchao's
+// fp8 optimizers keep their state). 4-bit state always uses its own maps; fp8 with 4-bit state is refused.
+enum class StateMap : std::uint8_t { dynamic, fp8 };
+inline constexpr int kNumStateMapKinds = 2;
+const char* state_map_key(StateMap map);  // "dynamic" / "fp8": the option's value in Python and files
+// The StateMap named `key`; throws std::invalid_argument naming `fn` and 'state_map' for other names.
+StateMap parse_state_map(const std::string& key, const char* fn);
+
 // Options of a param group that decide how its state is laid out; fixed once the group exists.
 struct LayoutOptions {
   int bits = 8;                            // 32, 8 or 4
@@ -87,17 +97,27 @@ struct LayoutOptions {
   std::int64_t min_8bit_size = 4096;       // smaller tensors keep 32-bit state
   int first_moment_bits = 0;               // 0: as bits; else 32, 8 or 4 for first-moment slots of quantized tensors
   double initial_accumulator_value = 0.0;  // Adagrad: where its sum of squares starts
+  StateMap state_map = StateMap::dynamic;  // the maps of 8-bit slots
 };
 
 inline constexpr std::int64_t kDefaultMin8bitSize = 4096;
 // 4-bit codes use smaller blocks: with 16 levels, a smaller block's absmax tracks its values closer.
 inline constexpr int default_block_size(int bits) { return bits == 4 ? 128 : 256; }
 
-// The quantization maps of quantized state, indexed as StepConfig::codebooks: (bits, signed).
-inline constexpr int kNumStateMaps = 4;
-inline constexpr int state_map_index(int bits, bool is_signed) { return (bits == 8 ? 0 : 2) + (is_signed ? 0 : 1); }
-const char* state_map_name(int bits, bool is_signed);  // "float32" for bits 32
-std::vector<float> state_map_values(int bits, bool is_signed);
+// The quantization maps of quantized state, indexed as StepConfig::codebooks: (bits, signed, map) ->
+// 0/1: dynamic 8-bit signed/unsigned, 2/3: 4-bit signed/unsigned, 4/5: fp8 signed/unsigned. An
+// unsigned map's codebook never rounds a positive value to zero (keep_nonzero; docs/decisions.md).
+inline constexpr int kNumStateMaps = 6;
+inline constexpr int state_map_index(int bits, bool is_signed, StateMap map = StateMap::dynamic) {
+  return (map == StateMap::fp8 ? 4 : bits == 8 ? 0 : 2) + (is_signed ? 0 : 1);
+}
+// The name state files record per slot ("float32" for bits 32; "fp8_e4m3" for both fp8 slots, whose
+// values are the same).
+const char* state_map_name(int bits, bool is_signed, StateMap map = StateMap::dynamic);
+// Throws std::invalid_argument for bits other than 8 and 4, and for fp8 with 4 bits.
+std::vector<float> state_map_values(int bits, bool is_signed, StateMap map = StateMap::dynamic);
+// The codebooks of all kNumStateMaps maps, by state_map_index: what StepConfig::codebooks points to.
+const std::vector<Codebook>& state_codebooks();
 
 // One used state slot of one tensor.
 struct SlotLayout {
@@ -106,7 +126,8 @@ struct SlotLayout {
   bool is_signed;
   int bits;
   int block_size;
-  bool stochastic;  // stochastic rounding of its codes
+  bool stochastic;                   // stochastic rounding of its codes
+  StateMap map = StateMap::dynamic;  // of an 8-bit slot (else dynamic)
 };
 
 // The state slots used under these hyper-parameters (SGD/LARS without momentum use none, RMSprop's
@@ -125,7 +146,7 @@ TensorLayout layout_tensor(OptimKind kind, const HyperParams& hp, const LayoutOp
 // The value a slot starts from (Adagrad's sum: initial_accumulator_value; else 0), and for a quantized
 // slot the code byte and absmax that hold it (4-bit bytes hold the code twice).
 double slot_initial_value(OptimKind kind, int slot, const LayoutOptions& lo);
-std::uint8_t slot_initial_code(int bits, bool is_signed, double init);
+std::uint8_t slot_initial_code(int bits, bool is_signed, double init, StateMap map = StateMap::dynamic);
 
 // ---- validation (std::invalid_argument naming `fn` and the key) ---------------------------------
 

@@ -76,7 +76,7 @@ def step_tensors(tensors: list, hp_dynamic: Any, step: Any, attrs: dict, mode: i
     a list of (p, g, slots, LeafLayout, rng_stream). Returns (updates or new parameter, new slots) per
     tensor. ``attrs`` are the handler's per-transformation attributes; this adds the per-tensor ones."""
     mesh = tensors[0][3].mesh
-    blocks, bits, stochastic, signed, streams = [], [], [], [], []
+    blocks, bits, stochastic, codebooks, streams = [], [], [], [], []
     operands, in_specs = [hp_dynamic, step], [PartitionSpec(), PartitionSpec()]
     sources = []  # per result, the operand it replaces (same shape and dtype)
     aliases = {}  # operand -> result written over it
@@ -91,7 +91,8 @@ def step_tensors(tensors: list, hp_dynamic: Any, step: Any, attrs: dict, mode: i
         for spec, st in zip(layout.specs, slots):
             tb[spec.index] = spec.bits
             ts[spec.index] = int(attrs["stochastic"] and spec.bits == 4)
-            tsg[spec.index] = int(spec.signed)
+            if spec.bits != 32:  # the slot's map: the core's codebook index
+                tsg[spec.index] = _octopt.state_map_index(spec.bits, spec.signed, spec.state_map)
             data_spec, absmax_spec = layout.shardings(spec)
             for arr, sp in ((st.data, data_spec), (st.absmax, absmax_spec))[: 1 if spec.bits == 32 else 2]:
                 aliases[len(operands)] = len(sources)  # the state is updated in place
@@ -101,7 +102,7 @@ def step_tensors(tensors: list, hp_dynamic: Any, step: Any, attrs: dict, mode: i
         blocks.append(layout.block_size)
         bits += tb
         stochastic += ts
-        signed += tsg
+        codebooks += tsg
         streams.append(stream)
     out_specs = tuple(in_specs[i] for i in sources)
     call_attrs = dict(
@@ -114,7 +115,7 @@ def step_tensors(tensors: list, hp_dynamic: Any, step: Any, attrs: dict, mode: i
         block_sizes=np.array(blocks, np.int64),
         slot_bits=np.array(bits, np.int64),
         slot_stochastic=np.array(stochastic, np.int64),
-        slot_signed=np.array(signed, np.int64),
+        slot_codebooks=np.array(codebooks, np.int64),
         rng_streams=np.array(streams, np.int64),
     )
 

@@ -140,6 +140,7 @@ class Engine:
             block_size=opts["block_size"],
             first_moment_bits=opts["first_moment_bits"],
             min_8bit_size=4096 if opts["min_8bit_size"] is None else opts["min_8bit_size"],
+            state_map=_hparams.state_map("dynamic" if options.get("state_map") is None else options["state_map"], fn),
         )
         group.update({k: v for k, v in flags.items() if k in ("nesterov", "centered")})
         # momentum decides whether SGD/LARS/RMSprop keep a momentum buffer. An array (a value under
@@ -168,7 +169,7 @@ class Engine:
         self.slot_names = tuple(torch_names[_layout.SLOTS[kind][k][0]] for k in self.used)
         self.config = (
             kind,
-            tuple(sorted((k, group[k]) for k in ("bits", "block_size", "min_8bit_size", "first_moment_bits"))),
+            tuple(sorted((k, group[k]) for k in _hparams.LAYOUT_KEYS)),
             self.stochastic,
             self.slot_names,
             tuple(sorted((k, d.name) for k, d in self.state_dtypes.items())),

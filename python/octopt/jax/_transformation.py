@@ -41,6 +41,7 @@ LAYOUT_DEFAULTS = dict(
     block_size=None,
     min_8bit_size=None,
     first_moment_bits=None,
+    state_map=None,
     seed=None,
     stochastic_rounding=None,
     stochastic_bf16=False,
@@ -49,6 +50,7 @@ LAYOUT_DEFAULTS = dict(
 OPTIONS_DOC = """
     Layout options (static, keyword-only): ``bits`` (32 when None, 8 or 4), ``block_size`` (None: 256 for
     8-bit, 128 for 4-bit), ``min_8bit_size`` (None: 4096; smaller tensors keep 32-bit state),
-    ``first_moment_bits``, ``seed``, ``stochastic_rounding`` (None: on for 4-bit state only),
+    ``first_moment_bits``, ``state_map`` (None or "dynamic": bitsandbytes' dynamic maps; "fp8": 8-bit state in
+    fp8 e4m3 codes), ``seed``, ``stochastic_rounding`` (None: on for 4-bit state only),
     ``stochastic_bf16``; ``maximize``. ``learning_rate`` may be a schedule (a function of the step count);
     any float hyper-parameter may be a traced array (``optax.inject_hyperparams``)."""

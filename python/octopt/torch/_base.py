@@ -18,7 +18,7 @@ from ..optimizer import Optimizer as _CoreOptimizer
 from . import _dist, _override, _state
 
 # Group keys that fix the state layout: set when a group is added, never changed afterwards.
-LAYOUT_KEYS = ("bits", "block_size", "min_8bit_size", "first_moment_bits")
+LAYOUT_KEYS = _hparams.LAYOUT_KEYS
 # Group keys copied into the core before every step.
 HPARAM_KEYS = tuple(k for k in _hparams.GROUP_KEYS if k not in LAYOUT_KEYS)
 # Options of octopt's core that are per optimizer, not per group.
@@ -82,6 +82,7 @@ class TorchOptimizer(torch.optim.Optimizer):
         block_size: int | None = None,
         min_8bit_size: int = 4096,
         first_moment_bits: int | None = None,
+        state_map: str = "dynamic",
         **options: Any,
     ):
         fn = type(self).__name__
@@ -107,6 +108,7 @@ class TorchOptimizer(torch.optim.Optimizer):
             block_size=block_size,
             min_8bit_size=min_8bit_size,
             first_moment_bits=first_moment_bits,
+            state_map=state_map,
         )
         full = dict(_hparams.COMMON_DEFAULTS)
         full.update(self._core_base.defaults)

@@ -2,9 +2,9 @@
 the table's options in its order (``params, lr, betas, ...``), then keyword-only ``maximize`` and octopt's
 options. ``bits`` (32, 8 or 4) sets the state width; the ``*8bit`` classes default to 8. Further keyword
 options: ``block_size`` (None: 256 for 8-bit, 128 for 4-bit), ``min_8bit_size`` (smaller tensors keep 32-bit
-state), ``first_moment_bits``, ``seed``, ``stochastic_rounding``, ``stochastic_bf16``, ``percentile``,
-``strict`` (see octopt.Optimizer), and torch's ``foreach``/``fused`` (ignored: every step is one fused
-native call)."""
+state), ``first_moment_bits``, ``state_map`` ("dynamic", or "fp8": 8-bit state in fp8 e4m3 codes), ``seed``,
+``stochastic_rounding``, ``stochastic_bf16``, ``percentile``, ``strict`` (see octopt.Optimizer), and torch's
+``foreach``/``fused`` (ignored: every step is one fused native call)."""
 
 from __future__ import annotations
 

@@ -64,6 +64,13 @@ def mark_held(param: torch.Tensor, optimizer: Any) -> None:
 
 def _check_values(options: dict, fn: str) -> None:
     # the layout options as the core checks them (optim_table.hpp's validate_layout)
-    layout = dict(bits=8, block_size=None, min_8bit_size=0, first_moment_bits=None, initial_accumulator_value=0.0)
+    layout = dict(
+        bits=8,
+        block_size=None,
+        min_8bit_size=0,
+        first_moment_bits=None,
+        initial_accumulator_value=0.0,
+        state_map="dynamic",
+    )
     layout.update({k: v for k, v in options.items() if k in layout})
     _octopt.validate_layout(_hparams.to_layout(layout, fn), fn)

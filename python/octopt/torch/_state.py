@@ -55,7 +55,7 @@ FOREIGN_GROUP_KEYS = (
     "differentiable",
     "decoupled_weight_decay",
 )
-LAYOUT_KEYS = ("bits", "block_size", "min_8bit_size", "first_moment_bits")
+LAYOUT_KEYS = _hparams.LAYOUT_KEYS
 
 
 def param_state(t: _TensorState, dist: Any = None) -> dict:
@@ -88,7 +88,10 @@ def state_dict(opt: Any) -> dict:
         t = opt._tensors[id(p)]
         dist = opt._dist.get(id(p))
         state[i] = param_state(t, dist)
-        layout[i] = {s.name: [32, 0] if dist is not None else [s.bits, s.block_size] for s in t.specs}
+        # per slot: [bits, block size, state map] (a DTensor's state is saved dequantized)
+        layout[i] = {
+            s.name: [32, 0, "dynamic"] if dist is not None else [s.bits, s.block_size, s.state_map] for s in t.specs
+        }
     groups, i = [], 0
     for g in opt.param_groups:
         h = {k: v for k, v in g.items() if k != "params"}
@@ -335,11 +338,16 @@ def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) 
             continue
         absmax = _tensor(absmax, where, spec.name + "_absmax")
         src = lay.get(spec.name) if isinstance(lay, dict) else None
+        state_map = "dynamic"  # state dicts saved before the option existed hold the dynamic maps
         if src is not None:
             bits, block_size = int(src[0]), int(src[1])
+            if len(src) > 2:
+                state_map = src[2]
         else:
             bits, block_size = _infer_quantized(t.info.size, v.numel(), absmax.numel(), spec, where)
-        q = core.slot_map(type(spec)(spec.index, spec.name, spec.signed, bits, block_size))
+        if state_map not in _hparams.STATE_MAPS or (state_map == "fp8" and bits != 8):
+            raise ValueError(f"{where}: '{spec.name}' has state map {state_map!r} for {bits}-bit codes in the metadata")
+        q = core.slot_map(type(spec)(spec.index, spec.name, spec.signed, bits, block_size, state_map))
         out += _into(core, t, spec, v, (absmax, bits, block_size, q), where)
     return out
 

@@ -1,7 +1,9 @@
 """torchao.optim's low-bit Adam names with torchao's constructor arguments, stepped by octopt's core.
 
 ``Adam8bit``/``AdamW8bit`` keep both moments in 8-bit block-wise dynamic codes (torchao's maps, blocks of
-256); ``Adam4bit``/``AdamW4bit`` in 4 bits (blocks of 128; octopt's 4-bit maps, see docs/migrating.md).
+256); ``Adam4bit``/``AdamW4bit`` in 4 bits (blocks of 128; octopt's 4-bit maps, see docs/migrating.md);
+``AdamFp8``/``AdamWFp8`` in 8-bit codes of octopt's fp8 e4m3 map (``state_map="fp8"``, blocks of 256: the
+values of torchao's float8_e4m3fn scaled so that a block's absmax is the largest code, see docs/migrating.md).
 As in torchao, a tensor keeps unquantized state unless it has at least 4096 elements and a whole number of
 blocks. ``Adam*`` add weight decay to the gradient (torch.optim.Adam); ``AdamW*`` decay decoupled.
 ``bf16_stochastic_round`` rounds bfloat16 parameters stochastically. The learning rate of each param
@@ -22,12 +24,14 @@ from ..torch._base import TorchOptimizer
 _P = inspect.Parameter
 MIN_QUANTIZED_NUMEL = 4096  # torchao (following bitsandbytes) quantizes tensors of at least this size
 
-# (name, decoupled weight decay, state bits, default block size, default weight decay)
+# (name, decoupled weight decay, state bits, default block size, default weight decay, state map)
 TABLE = (
-    ("Adam8bit", False, 8, 256, 0),
-    ("Adam4bit", False, 4, 128, 0),
-    ("AdamW8bit", True, 8, 256, 1e-2),
-    ("AdamW4bit", True, 4, 128, 1e-2),
+    ("Adam8bit", False, 8, 256, 0, "dynamic"),
+    ("Adam4bit", False, 4, 128, 0, "dynamic"),
+    ("AdamFp8", False, 8, 256, 0, "fp8"),
+    ("AdamW8bit", True, 8, 256, 1e-2, "dynamic"),
+    ("AdamW4bit", True, 4, 128, 1e-2, "dynamic"),
+    ("AdamWFp8", True, 8, 256, 1e-2, "fp8"),
 )
 
 
@@ -35,6 +39,7 @@ class TorchaoAdam(TorchOptimizer):
     """torchao's _AdamBase semantics over octopt's core (the subclasses set the state width)."""
 
     _default_bits = 8
+    _state_map = "dynamic"
 
     def __init__(self, params, lr, betas, eps, weight_decay, amsgrad, *, block_size, bf16_stochastic_round):
         if not 0.0 <= lr:
@@ -58,6 +63,7 @@ class TorchaoAdam(TorchOptimizer):
             defaults,
             block_size=block_size,
             min_8bit_size=MIN_QUANTIZED_NUMEL,
+            state_map=self._state_map,
             stochastic_bf16=bool(bf16_stochastic_round),
             stochastic_rounding=False,  # torchao rounds its codes to the nearest
         )
@@ -75,7 +81,7 @@ class TorchaoAdam(TorchOptimizer):
         return ov
 
 
-def _make(name: str, decoupled: bool, bits: int, block_size: int, weight_decay: float) -> type:
+def _make(name: str, decoupled: bool, bits: int, block_size: int, weight_decay: float, state_map: str) -> type:
     sig = inspect.Signature(
         [
             _P("self", _P.POSITIONAL_OR_KEYWORD),
@@ -103,7 +109,8 @@ def _make(name: str, decoupled: bool, bits: int, block_size: int, weight_decay: 
 
     __init__.__signature__ = sig  # type: ignore[attr-defined]
     rule = "decoupled weight decay (AdamW)" if decoupled else "weight decay added to the gradient (Adam)"
-    doc = f"torchao's {name}: {bits}-bit block-wise state, {rule}, stepped by octopt's core."
+    codes = "fp8 e4m3" if state_map == "fp8" else f"{bits}-bit"
+    doc = f"torchao's {name}: {codes} block-wise state, {rule}, stepped by octopt's core."
     return type(
         name,
         (TorchaoAdam,),
@@ -113,6 +120,7 @@ def _make(name: str, decoupled: bool, bits: int, block_size: int, weight_decay: 
             "__module__": __name__,
             "_core_base": _family.AdamW if decoupled else _family.Adam,
             "_default_bits": bits,
+            "_state_map": state_map,
         },
     )
 

@@ -17,6 +17,8 @@ CASES = {
     "AdamW8bit": dict(lr=1e-2, weight_decay=0.1),
     "Adam4bit": dict(lr=1e-2, weight_decay=0.1),
     "AdamW4bit": dict(lr=1e-2, weight_decay=0.1),
+    "AdamFp8": dict(lr=1e-2, weight_decay=0.1),
+    "AdamWFp8": dict(lr=1e-2, weight_decay=0.1),
 }
 
 
@@ -25,9 +27,10 @@ def initial_params() -> list[torch.Tensor]:
     return [torch.randn(s, generator=g) for s in SHAPES]
 
 
-def run(optim, name: str) -> list[torch.Tensor]:
+def run(optim, name: str, options: dict | None = None) -> list[torch.Tensor]:
+    """The parameters after STEPS steps of optim.name (with CASES[name], or ``options``)."""
     params = [torch.nn.Parameter(p) for p in initial_params()]
-    opt = getattr(optim, name)(params, **CASES[name])
+    opt = getattr(optim, name)(params, **(CASES[name] if options is None else options))
     for step in range(STEPS):
         g = torch.Generator().manual_seed(100 + step)
         for p in params:
