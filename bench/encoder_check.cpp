@@ -1,6 +1,7 @@
 // Exhaustive check of the closed-form encoder (cpp/src/cpu/closed_form.hpp): every float r in [-1, 1]
 // is quantized by a vector kernel variant and by the baseline (the exact scalar search), for the signed
-// and unsigned dynamic maps, each also with the second-moment zero floor, and the codes are compared.
+// and unsigned dynamic maps and the fp8 map, each also with the second-moment zero floor, and the codes
+// are compared.
 //
 //   octopt_encoder_check [--stride N] [--isa avx512vbmi|avx512|avx2]
 //
@@ -105,9 +106,11 @@ int main(int argc, char** argv) {
   const octopt::cpu::Kernels& fast = octopt::cpu::active();
   std::printf("kernels: %s, stride %llu\n", fast.name, static_cast<unsigned long long>(stride));
   int failures = 0;
-  for (int is_signed = 1; is_signed >= 0; --is_signed) {
+  // the 8-bit state maps: dynamic signed and unsigned, and fp8 (both of its slots use the same values)
+  for (int map = 0; map < 3; ++map) {
+    const bool is_signed = map != 1;
     for (int floor = 0; floor < 2; ++floor) {
-      Codebook cb = octopt::make_codebook(octopt::dynamic_map(is_signed != 0), 8);
+      Codebook cb = octopt::make_codebook(map == 2 ? octopt::fp8_map() : octopt::dynamic_map(is_signed), 8);
       if (floor) octopt::keep_nonzero(cb);
       octopt::cpu::ClosedForm cf;
       const bool closed = octopt::cpu::build_closed_form(cb, cf);
@@ -134,7 +137,10 @@ int main(int argc, char** argv) {
         check_range(cb, fast, sign, nearby, 0, near.size(), t);
       }
       std::printf("%-8s map%-11s closed form %-3s delta %.3g: %llu floats checked, %llu differ",
-                  is_signed ? "signed" : "unsigned", floor ? " + floor" : "", closed ? "yes" : "no", double(cf.delta),
+                  map == 2    ? "fp8"
+                  : is_signed ? "signed"
+                              : "unsigned",
+                  floor ? " + floor" : "", closed ? "yes" : "no", double(cf.delta),
                   static_cast<unsigned long long>(t.checked.load()), static_cast<unsigned long long>(t.differ.load()));
       if (t.differ.load()) {
         std::printf(" (first: bits 0x%08x)", t.first_bad.load());
