@@ -10,13 +10,10 @@ jax = pytest.importorskip("jax", reason="jax is not installed")
 optax = pytest.importorskip("optax", reason="optax is not installed")
 
 
-@pytest.mark.parametrize("bits", (32, 8, 4))
-def test_fused_step_is_bit_identical_to_numpy_path(
-    kind, bits, problem, reference, transformation, as_jax, assert_state_equal
-):
+def _fused_steps_match_numpy_path(kind, bits, problem, reference, transformation, as_jax, assert_state_equal, **layout):
     p0, grads = problem()
-    ref = reference(kind, p0, grads, bits=bits)
-    tx = transformation(kind, bits=bits)
+    ref = reference(kind, p0, grads, bits=bits, **layout)
+    tx = transformation(kind, bits=bits, **layout)
     params = as_jax(p0)
     state = tx.init(params)
     for g in grads:
@@ -25,22 +22,23 @@ def test_fused_step_is_bit_identical_to_numpy_path(
         np.testing.assert_array_equal(np.asarray(a), b)
     assert_state_equal(state, ref)
     assert int(state.count) == len(grads)
+    return ref
+
+
+@pytest.mark.parametrize("bits", (32, 8, 4))
+def test_fused_step_is_bit_identical_to_numpy_path(
+    kind, bits, problem, reference, transformation, as_jax, assert_state_equal
+):
+    _fused_steps_match_numpy_path(kind, bits, problem, reference, transformation, as_jax, assert_state_equal)
 
 
 @pytest.mark.parametrize("kind", ("adamw", "sgd", "adagrad"))
 def test_fp8_state_is_bit_identical_to_numpy_path(kind, problem, reference, transformation, as_jax, assert_state_equal):
     """state_map="fp8": the slots' codebook reaches the XLA handler (signed and unsigned slots)."""
-    p0, grads = problem()
-    ref = reference(kind, p0, grads, bits=8, state_map="fp8")
+    ref = _fused_steps_match_numpy_path(
+        kind, 8, problem, reference, transformation, as_jax, assert_state_equal, state_map="fp8"
+    )
     assert {s["map"] for t in ref.state_layout() for s in t["slots"].values()} >= {"fp8_e4m3"}
-    tx = transformation(kind, bits=8, state_map="fp8")
-    params = as_jax(p0)
-    state = tx.init(params)
-    for g in grads:
-        params, state = tx.step(params, as_jax(g), state)
-    for a, b in zip(params, ref.params):
-        np.testing.assert_array_equal(np.asarray(a), b)
-    assert_state_equal(state, ref)
     with pytest.raises(ValueError, match="'state_map' 'fp8' is an 8-bit map, but 'bits' is 4"):
         transformation(kind, bits=4, state_map="fp8")
     with pytest.raises(ValueError, match="'state_map' must be 'dynamic' or 'fp8', got 'e5m2'"):
