@@ -59,6 +59,7 @@ void put_hparams(unsigned char* dst, const HyperParams& h) {
   d->maximize = h.maximize;
   d->decoupled_weight_decay = h.decoupled_weight_decay;
   d->momentum_decay = h.momentum_decay;
+  d->eps_in_sqrt = h.eps_in_sqrt;
 }
 
 }  // namespace

@@ -53,6 +53,8 @@ const std::vector<HParamDef>& hparam_defs() {
        T::flag, 0.0, 1.0, false, "RAdam/NAdam: AdamW-style weight decay"},
       {HParam::momentum_decay, "momentum_decay", "momentum_decay", "momentum_decay", T::real, 0.0, kInf, false,
        "NAdam: momentum decay psi"},
+      {HParam::eps_in_sqrt, "eps_in_sqrt", "eps_in_sqrt", "eps_in_sqrt", T::flag, 0.0, 1.0, false,
+       "RMSprop: eps inside the square root, sqrt(v + eps) (optax's default)"},
   };
   return defs;
 }
@@ -116,7 +118,7 @@ const std::vector<OptimDef>& optim_defs() {
                  "RMSprop",
                  "torch.optim.RMSprop semantics, with optional momentum and centering.",
                  slots_of(OptimKind::rmsprop),
-                 {"lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize"},
+                 {"lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize", "eps_in_sqrt"},
                  0,
                  with({{H::lr, 1e-2}}),
                  0.0});

@@ -52,6 +52,7 @@ def _steps_all():
         (octopt.AdamW, {}),
         (octopt.SGD, dict(momentum=0.9)),
         (octopt.RMSprop, dict(momentum=0.9, centered=True)),
+        (octopt.RMSprop, dict(momentum=0.9, centered=True, eps_in_sqrt=True)),  # optax's form
         (octopt.Adagrad, {}),
         (octopt.Lion, {}),
         (octopt.AdEMAMix, {}),

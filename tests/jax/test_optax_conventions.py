@@ -52,11 +52,18 @@ CASES = {
     "sgd": (oo.sgd, optax.sgd, {}),
     "sgd_momentum": (oo.sgd, optax.sgd, dict(momentum=0.9)),
     "sgd_nesterov": (oo.sgd, optax.sgd, dict(momentum=0.9, nesterov=True)),
-    "rmsprop": (oo.rmsprop, optax.rmsprop, dict(eps_in_sqrt=False, initial_scale=0.5)),
+    "rmsprop": (oo.rmsprop, optax.rmsprop, dict(initial_scale=0.5)),  # optax's default: eps inside the sqrt
+    "rmsprop_eps_outside": (oo.rmsprop, optax.rmsprop, dict(eps_in_sqrt=False, initial_scale=0.5, eps=1e-3)),
+    "rmsprop_eps_inside": (oo.rmsprop, optax.rmsprop, dict(eps=1e-3)),
     "rmsprop_centered_momentum": (
         oo.rmsprop,
         optax.rmsprop,
         dict(eps_in_sqrt=False, centered=True, momentum=0.8, decay=0.95),
+    ),
+    "rmsprop_centered_momentum_eps_inside": (
+        oo.rmsprop,
+        optax.rmsprop,
+        dict(centered=True, momentum=0.8, decay=0.95, eps=1e-3),
     ),
     "adagrad": (oo.adagrad, optax.adagrad, {}),
     "lamb": (oo.lamb, optax.lamb, dict(weight_decay=0.01, mask={"w": True, "b": False, "e": True})),
@@ -170,10 +177,6 @@ def test_mu_dtype_with_quantized_state_is_refused():
     "call, pattern",
     [
         (lambda: oo.adam(1e-3, eps_root=1e-8), r"^octopt.optax.adam: argument 'eps_root'=1e-08 is not supported"),
-        (
-            lambda: oo.rmsprop(1e-3),
-            r"^octopt.optax.rmsprop: argument 'eps_in_sqrt'=True is not supported: .*eps_in_sqrt=False",
-        ),
         (lambda: oo.rmsprop(1e-3, eps_in_sqrt=False, bias_correction=True), r"'bias_correction'=True is not supported"),
         (lambda: oo.rmsprop(1e-3, eps_in_sqrt=False, momentum=0.9, nesterov=True), r"'nesterov'=True is not supported"),
         (lambda: oo.radam(1e-3, threshold=4.0), r"^octopt.optax.radam: argument 'threshold'=4.0 is not supported"),

@@ -142,7 +142,7 @@ class Engine:
             min_8bit_size=4096 if opts["min_8bit_size"] is None else opts["min_8bit_size"],
             state_map=_hparams.state_map("dynamic" if options.get("state_map") is None else options["state_map"], fn),
         )
-        group.update({k: v for k, v in flags.items() if k in ("nesterov", "centered")})
+        group.update({k: v for k, v in flags.items() if k in ("nesterov", "centered", "eps_in_sqrt")})
         # momentum decides whether SGD/LARS/RMSprop keep a momentum buffer. An array (a value under
         # inject_hyperparams: concrete at init, traced at update) may change, so it keeps one, and the
         # state's shape is the same at init and at every update.

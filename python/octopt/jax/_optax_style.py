@@ -211,13 +211,6 @@ def _rmsprop_momentum(schedule: Callable) -> Callable:
 
 
 def _rmsprop(fn: str, a: dict, layout: dict, maximize: bool) -> Transformation:
-    _refuse(
-        fn,
-        "eps_in_sqrt",
-        a["eps_in_sqrt"],
-        False,
-        "octopt's core computes sqrt(nu) + eps (pass eps_in_sqrt=False), not sqrt(nu + eps)",
-    )
     _refuse(fn, "bias_correction", a["bias_correction"], False, "octopt's RMSprop has no bias correction")
     momentum = a["momentum"]
     if momentum is not None:
@@ -228,7 +221,7 @@ def _rmsprop(fn: str, a: dict, layout: dict, maximize: bool) -> Transformation:
         "rmsprop",
         fn,
         hp,
-        dict(maximize=maximize, centered=bool(a["centered"])),
+        dict(maximize=maximize, centered=bool(a["centered"]), eps_in_sqrt=bool(a["eps_in_sqrt"])),
         layout,
         arg_names={"alpha": "decay"},
         names={"square_avg": "nu", "momentum_buffer": "trace", "grad_avg": "mu"},
@@ -252,7 +245,8 @@ rmsprop = _factory(
         ("bias_correction", False, False),
     ],
     _rmsprop,
-    "RMSprop (optionally centered, with momentum); needs eps_in_sqrt=False (eps outside the square root).",
+    "RMSprop (optionally centered, with momentum); eps_in_sqrt (optax's default) divides by sqrt(nu + eps), "
+    "eps_in_sqrt=False by sqrt(nu) + eps.",
 )
 
 

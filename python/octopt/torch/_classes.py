@@ -1,8 +1,8 @@
 """The optimizers, one per entry of the core's optimizer table, with torch.optim's constructor signatures:
-the table's options in its order (``params, lr, betas, ...``), then keyword-only ``maximize`` and octopt's
-options. ``bits`` (32, 8 or 4) sets the state width; the ``*8bit`` classes default to 8. Further keyword
-options: ``block_size`` (None: 256 for 8-bit, 128 for 4-bit), ``min_8bit_size`` (smaller tensors keep 32-bit
-state), ``first_moment_bits``, ``state_map`` ("dynamic", or "fp8": 8-bit state in fp8 e4m3 codes), ``seed``,
+the table's options in its order (``params, lr, betas, ...``), then keyword-only ``maximize`` (and RMSprop's
+``eps_in_sqrt``, optax's form, which torch.optim does not have) and octopt's options. ``bits`` (32, 8 or 4)
+sets the state width; the ``*8bit`` classes default to 8. Further keyword options: ``block_size`` (None: 256
+for 8-bit, 128 for 4-bit), ``min_8bit_size`` (smaller tensors keep 32-bit state), ``first_moment_bits``, ``state_map`` ("dynamic", or "fp8": 8-bit state in fp8 e4m3 codes), ``seed``,
 ``stochastic_rounding``, ``stochastic_bf16``, ``percentile``, ``strict`` (see octopt.Optimizer), and torch's
 ``foreach``/``fused`` (ignored: every step is one fused native call)."""
 
@@ -16,16 +16,20 @@ from .. import family as _core
 from ._base import TorchOptimizer
 
 _P = inspect.Parameter
+# table options that torch.optim does not take positionally
+_KEYWORD_ONLY = ("maximize", "eps_in_sqrt")
 
 
 def _make(entry: dict) -> type:
     core = getattr(_core, entry["class_name"])
     defaults = _hparams.defaults(entry["name"])
-    positional = [k for k in entry["options"] if k != "maximize"]
+    positional = [k for k in entry["options"] if k not in _KEYWORD_ONLY]
+    keyword = [k for k in entry["options"] if k in _KEYWORD_ONLY]
     sig = inspect.Signature(
         [_P("self", _P.POSITIONAL_OR_KEYWORD), _P("params", _P.POSITIONAL_OR_KEYWORD)]
         + [_P(k, _P.POSITIONAL_OR_KEYWORD, default=defaults[k]) for k in positional]
-        + [_P("maximize", _P.KEYWORD_ONLY, default=False), _P("options", _P.VAR_KEYWORD, annotation=Any)]
+        + [_P(k, _P.KEYWORD_ONLY, default=defaults[k]) for k in keyword]
+        + [_P("options", _P.VAR_KEYWORD, annotation=Any)]
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -40,7 +44,7 @@ def _make(entry: dict) -> type:
         TorchOptimizer.__init__(self, params, arguments, **options)
 
     __init__.__signature__ = sig  # type: ignore[attr-defined]
-    doc = f"{entry['summary']}\n\nArguments: params, {', '.join(positional)}; keyword-only: maximize."
+    doc = f"{entry['summary']}\n\nArguments: params, {', '.join(positional)}; keyword-only: {', '.join(keyword)}."
     return type(
         entry["class_name"],
         (TorchOptimizer,),

@@ -27,12 +27,13 @@ enum class HParam : unsigned char {
   maximize,
   decoupled_weight_decay,
   momentum_decay,
+  eps_in_sqrt,
 };
-inline constexpr int kNumHParams = int(HParam::momentum_decay) + 1;
+inline constexpr int kNumHParams = int(HParam::eps_in_sqrt) + 1;
 
 OCTOPT_HD constexpr bool hparam_is_flag(HParam id) {
   return id == HParam::nesterov || id == HParam::centered || id == HParam::bias_correction || id == HParam::maximize ||
-         id == HParam::decoupled_weight_decay;
+         id == HParam::decoupled_weight_decay || id == HParam::eps_in_sqrt;
 }
 
 // Numbers (not flags), in HParam order: the length of the XLA handlers' hyper-parameter arrays.
@@ -83,6 +84,8 @@ OCTOPT_HD double get_hparam(const HyperParams& hp, HParam id) {
       return hp.decoupled_weight_decay ? 1.0 : 0.0;
     case HParam::momentum_decay:
       return hp.momentum_decay;
+    case HParam::eps_in_sqrt:
+      return hp.eps_in_sqrt ? 1.0 : 0.0;
   }
   return 0.0;
 }
@@ -142,6 +145,9 @@ OCTOPT_HD void set_hparam(HyperParams& hp, HParam id, double v) {
       break;
     case HParam::decoupled_weight_decay:
       hp.decoupled_weight_decay = v != 0.0;
+      break;
+    case HParam::eps_in_sqrt:
+      hp.eps_in_sqrt = v != 0.0;
       break;
     case HParam::momentum_decay:
       hp.momentum_decay = v;

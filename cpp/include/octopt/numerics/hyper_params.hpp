@@ -31,6 +31,7 @@ struct HyperParams {
   bool maximize = false;
   bool decoupled_weight_decay = false;  // RAdam, NAdam: AdamW-style decay instead of L2 (torch's flag)
   double momentum_decay = 4e-3;         // NAdam: psi of the momentum schedule mu_t
+  bool eps_in_sqrt = false;             // RMSprop: sqrt(v + eps) instead of sqrt(v) + eps (optax's form)
 };
 
 OCTOPT_HD double scalar_min(double a, double b) { return b < a ? b : a; }  // std::min's choice on ties
@@ -76,7 +77,7 @@ OCTOPT_HD SlotScalars scalars_for_step(OptimKind kind, const HyperParams& hp, st
   s.eta = float(hp.eta);
   s.trust = 1.0f;
   s.flags = (hp.nesterov ? kNesterov : 0u) | (hp.centered ? kCentered : 0u) | (step == 1 ? kFirstStep : 0u) |
-            (hp.maximize ? kMaximize : 0u);
+            (hp.maximize ? kMaximize : 0u) | (hp.eps_in_sqrt ? kEpsInSqrt : 0u);
   s.bc2 = float(bc2);
   s.rect = 1.0f;
   if (kind == OptimKind::radam || kind == OptimKind::nadam) {

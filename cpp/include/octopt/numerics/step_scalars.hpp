@@ -10,7 +10,9 @@ enum StepFlags : std::uint32_t {
   kCentered = 1u << 1,
   kFirstStep = 1u << 2,  // the momentum buffer is initialized with the first gradient (torch SGD)
   kMaximize = 1u << 3,
-  kRectified = 1u << 4,  // RAdam: rho_t > 5, the adaptive step times the rectification term
+  kRectified = 1u << 4,
+  kEpsInSqrt = 1u
+      << 5,  // RMSprop: eps inside the square root  // RAdam: rho_t > 5, the adaptive step times the rectification term
 };
 
 struct SlotScalars {

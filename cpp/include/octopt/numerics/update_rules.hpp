@@ -51,13 +51,12 @@ OCTOPT_HD float update_element(const SlotScalars& h, float p, float g, float& s0
     // s0: square average, s1: momentum buffer, s2: gradient average (centered)
     g = g + h.weight_decay * p;
     s0 = s0 * h.alpha + h.one_minus_alpha * g * g;
-    float avg;
+    float var = s0;
     if (h.flags & kCentered) {
       s2 = rule_lerp(s2, g, h.one_minus_alpha);
-      avg = rule_sqrt(s0 - s2 * s2) + h.eps;
-    } else {
-      avg = rule_sqrt(s0) + h.eps;
+      var = s0 - s2 * s2;
     }
+    const float avg = (h.flags & kEpsInSqrt) ? rule_sqrt(var + h.eps) : rule_sqrt(var) + h.eps;
     if (h.momentum > 0.0f) {
       s1 = s1 * h.momentum + g / avg;
       return p - h.lr * s1;
