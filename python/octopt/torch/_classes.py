@@ -14,6 +14,7 @@ from typing import Any
 from .. import _hparams
 from .. import family as _core
 from ._base import TorchOptimizer
+from ._signature import bind_arguments
 
 _P = inspect.Parameter
 # table options that torch.optim does not take positionally
@@ -33,13 +34,7 @@ def _make(entry: dict) -> type:
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        try:
-            bound = sig.bind(self, *args, **kwargs)
-        except TypeError as e:
-            raise TypeError(f"{type(self).__name__}: {e}") from None
-        bound.apply_defaults()
-        arguments = dict(bound.arguments)
-        arguments.pop("self")
+        arguments = bind_arguments(sig, type(self).__name__, self, args, kwargs)
         params, options = arguments.pop("params"), arguments.pop("options")
         TorchOptimizer.__init__(self, params, arguments, **options)
 

@@ -58,6 +58,18 @@ FOREIGN_GROUP_KEYS = (
 LAYOUT_KEYS = _hparams.LAYOUT_KEYS
 
 
+def packed_groups(param_groups: list) -> list:
+    """torch's state-dict form of param groups: each group's parameters replaced by their indices in
+    the order of all groups."""
+    groups, i = [], 0
+    for g in param_groups:
+        h = {k: v for k, v in g.items() if k != "params"}
+        h["params"] = list(range(i, i + len(g["params"])))
+        i += len(g["params"])
+        groups.append(h)
+    return groups
+
+
 def param_state(t: _TensorState, dist: Any = None) -> dict:
     """One parameter's state in torch's style: live tensors (views of the core's buffers) and its step.
     For a DTensor parameter (``dist``: its _dist.DistSpec) every state is a DTensor laid out like the
@@ -92,12 +104,7 @@ def state_dict(opt: Any) -> dict:
         layout[i] = {
             s.name: [32, 0, "dynamic"] if dist is not None else [s.bits, s.block_size, s.state_map] for s in t.specs
         }
-    groups, i = [], 0
-    for g in opt.param_groups:
-        h = {k: v for k, v in g.items() if k != "params"}
-        h["params"] = list(range(i, i + len(g["params"])))
-        i += len(g["params"])
-        groups.append(h)
+    groups = packed_groups(opt.param_groups)
     meta = {
         "format": FORMAT,
         "optimizer": type(opt)._core_base.kind,

@@ -20,6 +20,7 @@ import torch
 
 from .. import family as _family
 from ..torch._base import TorchOptimizer
+from ..torch._signature import bind_arguments
 
 _P = inspect.Parameter
 MIN_QUANTIZED_NUMEL = 4096  # torchao (following bitsandbytes) quantizes tensors of at least this size
@@ -98,14 +99,7 @@ def _make(name: str, decoupled: bool, bits: int, block_size: int, weight_decay: 
     )
 
     def __init__(self: Any, *pos: Any, **kw: Any) -> None:
-        try:
-            bound = sig.bind(self, *pos, **kw)
-        except TypeError as e:
-            raise TypeError(f"{name}: {e}") from None
-        bound.apply_defaults()
-        a = dict(bound.arguments)
-        a.pop("self")
-        TorchaoAdam.__init__(self, **a)
+        TorchaoAdam.__init__(self, **bind_arguments(sig, name, self, pos, kw))
 
     __init__.__signature__ = sig  # type: ignore[attr-defined]
     rule = "decoupled weight decay (AdamW)" if decoupled else "weight decay added to the gradient (Adam)"

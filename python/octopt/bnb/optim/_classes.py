@@ -16,6 +16,7 @@ from typing import Any, Literal, Optional
 import torch
 
 from ... import family as _family
+from ...torch._signature import bind_arguments
 from ._optimizer import CORE_KIND, BnbOptimizer
 
 _P = inspect.Parameter
@@ -197,12 +198,7 @@ def _make(name: str, rule: str, args: list, bits: Any, paged: Any, checks: tuple
     sig = _signature(name, args)
 
     def __init__(self: Any, *pos: Any, **kw: Any) -> None:
-        try:
-            bound = sig.bind(self, *pos, **kw)
-        except TypeError as e:
-            raise TypeError(f"{type(self).__name__}: {e}") from None
-        bound.apply_defaults()
-        a = dict(bound.arguments)
+        a = bind_arguments(sig, type(self).__name__, self, pos, kw)
         _check(name, checks, a)
         BnbOptimizer.__init__(self, a["params"], **_base_arguments(rule, a, bits, paged))
 

@@ -235,10 +235,5 @@ def state_dict(opt: Any) -> dict:
         quant = {k: entries.pop(k) for k in _QUANT_KEYS if k in entries}
         entries[NESTED] = quant
         state[i] = entries
-    groups, i = [], 0
-    for g in opt.param_groups:
-        h = {k: v for k, v in g.items() if k != "params"}
-        h["params"] = list(range(i, i + len(g["params"])))
-        i += len(g["params"])
-        groups.append(h)
+    groups = _torch_state.packed_groups(opt.param_groups)
     return {"state": state, "param_groups": groups}
