@@ -136,11 +136,11 @@ int main(int argc, char** argv) {
         });
         check_range(cb, fast, sign, nearby, 0, near.size(), t);
       }
-      std::printf("%-8s map%-11s closed form %-3s delta %.3g: %llu floats checked, %llu differ",
+      std::printf("%-8s map%-11s closed form %-3s width %.3g: %llu floats checked, %llu differ",
                   map == 2    ? "fp8"
                   : is_signed ? "signed"
                               : "unsigned",
-                  floor ? " + floor" : "", closed ? "yes" : "no", double(cf.delta),
+                  floor ? " + floor" : "", closed ? "yes" : "no", double(cf.width),
                   static_cast<unsigned long long>(t.checked.load()), static_cast<unsigned long long>(t.differ.load()));
       if (t.differ.load()) {
         std::printf(" (first: bits 0x%08x)", t.first_bad.load());

@@ -34,20 +34,54 @@ inline std::uint32_t abs_max_bits16(const float* v, int len) {
   return std::uint32_t(_mm512_reduce_max_epu32(m));
 }
 
-template <bool kAdamW>
-std::int64_t adam_fused_blocks(const StepConfig& cfg, const StepTensor& slot, const Levels* const* levels, bool vbmi,
-                               std::int64_t b0, std::int64_t b1) {
-  OptimScratch& s = optim_scratch();
-  const SlotScalars& h = slot.scalars;
-  const int bs = slot.block_size;
+// The update of one block in place (p; m and v decoded in the scratch), with the block absmax bits of the
+// new m and v. kPlain: no maximize flip and no weight-decay term (Adam's weight decay 0, AdamW's decay 1),
+// whose operations would leave every value as it is.
+template <bool kAdamW, bool kPlain>
+inline void adam_update_block(const SlotScalars& h, const float* g, float* p, float* m, float* v, int len,
+                              __m512i& amax_m, __m512i& amax_v) {
   const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
   const __m512i flip = _mm512_set1_epi32((h.flags & kMaximize) ? std::int32_t(0x80000000u) : 0);
   const __m512 wd = _mm512_set1_ps(h.weight_decay), decay = _mm512_set1_ps(h.decay);
+  const bool couple = h.weight_decay != 0.0f;  // update_element skips Adam's coupled term at 0, as torch does
   const float w = h.one_minus_beta1;
   const bool low_w = w < 0.5f;  // rule_lerp's branch, the same for every element
   const __m512 vw = _mm512_set1_ps(w), vw1 = _mm512_set1_ps(1.0f - w);
   const __m512 beta2 = _mm512_set1_ps(h.beta2), omb2 = _mm512_set1_ps(h.one_minus_beta2);
   const __m512 bc2s = _mm512_set1_ps(h.bc2_sqrt), eps = _mm512_set1_ps(h.eps), step = _mm512_set1_ps(h.step_size);
+  for (int i = 0; i < len; i += 16) {
+    const __mmask16 k = len - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - i)) - 1u);
+    __m512 gg = _mm512_maskz_loadu_ps(k, g + i);
+    __m512 pp = _mm512_maskz_loadu_ps(k, p + i);
+    __m512 mm = _mm512_maskz_loadu_ps(k, m + i);
+    __m512 vv = _mm512_maskz_loadu_ps(k, v + i);
+    if (!kPlain) {
+      gg = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(gg), flip));
+      if (kAdamW)
+        pp = _mm512_mul_ps(pp, decay);
+      else if (couple)
+        gg = _mm512_add_ps(gg, _mm512_mul_ps(wd, pp));
+    }
+    const __m512 diff = _mm512_sub_ps(gg, mm);
+    mm = low_w ? _mm512_add_ps(mm, _mm512_mul_ps(vw, diff)) : _mm512_sub_ps(gg, _mm512_mul_ps(diff, vw1));
+    vv = _mm512_add_ps(_mm512_mul_ps(vv, beta2), _mm512_mul_ps(_mm512_mul_ps(omb2, gg), gg));
+    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), bc2s), eps);
+    pp = _mm512_sub_ps(pp, _mm512_mul_ps(step, _mm512_div_ps(mm, denom)));
+    _mm512_mask_storeu_ps(p + i, k, pp);
+    _mm512_mask_storeu_ps(m + i, k, mm);
+    _mm512_mask_storeu_ps(v + i, k, vv);
+    amax_m = _mm512_mask_max_epu32(amax_m, k, amax_m, _mm512_and_si512(_mm512_castps_si512(mm), absmask));
+    amax_v = _mm512_mask_max_epu32(amax_v, k, amax_v, _mm512_and_si512(_mm512_castps_si512(vv), absmask));
+  }
+}
+
+template <bool kAdamW>
+std::int64_t adam_fused_blocks(const StepConfig& cfg, const StepTensor& slot, const Levels* const* levels, bool vbmi,
+                               std::int64_t b0, std::int64_t b1) {
+  OptimScratch& s = optim_scratch();
+  const SlotScalars& h = slot.scalars;
+  const bool plain = !(h.flags & kMaximize) && (kAdamW ? h.decay == 1.0f : h.weight_decay == 0.0f);
+  const int bs = slot.block_size;
   auto* const param = static_cast<float*>(slot.param);
   const auto* const grad = static_cast<const float*>(slot.grad);
   std::int64_t skipped = 0;
@@ -60,31 +94,11 @@ std::int64_t adam_fused_blocks(const StepConfig& cfg, const StepTensor& slot, co
       continue;
     }
     for (int k = 0; k < 2; ++k) load_state(slot.state[k], cfg.codebooks, *levels[k], vbmi, b, i0, len, s.s[k], s.codes);
-    float* p = param + i0;
-    float* m = s.s[0];
-    float* v = s.s[1];
     __m512i amax_m = _mm512_setzero_si512(), amax_v = _mm512_setzero_si512();
-    for (int i = 0; i < len; i += 16) {
-      const __mmask16 k = len - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - i)) - 1u);
-      __m512 gg = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(k, g + i)), flip));
-      __m512 pp = _mm512_maskz_loadu_ps(k, p + i);
-      __m512 mm = _mm512_maskz_loadu_ps(k, m + i);
-      __m512 vv = _mm512_maskz_loadu_ps(k, v + i);
-      if (kAdamW)
-        pp = _mm512_mul_ps(pp, decay);
-      else
-        gg = _mm512_add_ps(gg, _mm512_mul_ps(wd, pp));
-      const __m512 diff = _mm512_sub_ps(gg, mm);
-      mm = low_w ? _mm512_add_ps(mm, _mm512_mul_ps(vw, diff)) : _mm512_sub_ps(gg, _mm512_mul_ps(diff, vw1));
-      vv = _mm512_add_ps(_mm512_mul_ps(vv, beta2), _mm512_mul_ps(_mm512_mul_ps(omb2, gg), gg));
-      const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), bc2s), eps);
-      pp = _mm512_sub_ps(pp, _mm512_mul_ps(step, _mm512_div_ps(mm, denom)));
-      _mm512_mask_storeu_ps(p + i, k, pp);
-      _mm512_mask_storeu_ps(m + i, k, mm);
-      _mm512_mask_storeu_ps(v + i, k, vv);
-      amax_m = _mm512_mask_max_epu32(amax_m, k, amax_m, _mm512_and_si512(_mm512_castps_si512(mm), absmask));
-      amax_v = _mm512_mask_max_epu32(amax_v, k, amax_v, _mm512_and_si512(_mm512_castps_si512(vv), absmask));
-    }
+    if (plain)
+      adam_update_block<kAdamW, true>(h, g, param + i0, s.s[0], s.s[1], len, amax_m, amax_v);
+    else
+      adam_update_block<kAdamW, false>(h, g, param + i0, s.s[0], s.s[1], len, amax_m, amax_v);
     const float amax[2] = {bits_f32(std::uint32_t(_mm512_reduce_max_epu32(amax_m))),
                            bits_f32(std::uint32_t(_mm512_reduce_max_epu32(amax_v)))};
     for (int k = 0; k < 2; ++k) {

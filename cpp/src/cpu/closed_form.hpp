@@ -5,12 +5,13 @@
 // says which pair of octaves |r| lies in; such a bin holds at most one boundary between runs (the
 // decades are 10x apart), so one exact compare against that boundary's true threshold gives the
 // run; inside a run the codes are evenly spaced, so the code is trunc(|r| * A + B), clamped to the
-// run's codes. x = |r| * A + B is monotone in |r|, so wherever x is more than `delta` away from an
-// integer, where delta bounds |x - boundary integer| over every true threshold inside a run
-// (measured when the tables are built), the formula's code is the search's code; at a run's ends
-// the clamp and the exact compare decide. Lanes within delta of an integer (about 0.01% of random
-// values), and non-finite ones, go to the search. bench/encoder_check.cpp compares every float in
-// [-1, 1] against the search.
+// run's codes. x = fma(|r|, A, B) is monotone in |r|, and B is set (when the tables are built) so that
+// on both sides of every true threshold inside a run x lies in [boundary integer, that + width):
+// wherever frac(x) >= width the formula's code is the search's code; at a run's ends the clamp and
+// the exact compare decide. Lanes with frac(x) < width (about 0.005% of random values), and
+// non-finite ones, go to the search. A side whose largest value is below 1 gets a constant top run,
+// so that |r| = 1 (every block's absmax element) is settled by the formula too.
+// bench/encoder_check.cpp compares every float in [-1, 1] against the search.
 #include <cstdint>
 
 #include "octopt/numerics/codebook.hpp"
@@ -18,9 +19,9 @@
 namespace octopt::cpu {
 
 // Per lane r (cpu/encode.hpp, closed_form16): a = |r|; bin = clamp((biased exponent of a - kBinBias) / 2,
-// 0, 15) + (r <= 0 ? 16 : 0); run = run[bin] + (a >= up[bin]); x = a * A[run] + B[run] (two roundings);
-// if |x - nearest integer| <= delta (or x is NaN) the search decides, else the code is trunc(x) clamped
-// to range[run]. Bin 0 holds [0, 2^-29), bin b [2^(2b-31), 2^(2b-29)), bin 15 everything from 0.5 up.
+// 0, 15) + (r <= 0 ? 16 : 0); run = run[bin] + (a >= up[bin]); x = fma(a, A[run], B[run]); if
+// x - floor(x) < width (or x is NaN) the search decides, else the code is trunc(x) clamped to
+// range[run]. Bin 0 holds [0, 2^-29), bin b [2^(2b-31), 2^(2b-29)), bin 15 everything from 0.5 up.
 constexpr int kBins = 16;
 constexpr int kBinBias = 96;
 constexpr int kMaxRuns = 32;  // runs of both signs together
@@ -28,10 +29,10 @@ constexpr int kMaxRuns = 32;  // runs of both signs together
 struct ClosedForm {
   alignas(64) float up[2 * kBins];          // the next run up (larger |r|) when |r| >= up[bin]
   alignas(64) std::int32_t run[2 * kBins];  // the run at the bin's low end
-  alignas(64) float A[kMaxRuns];            // code = trunc(|r| * A[run] + B[run]), clamped to range
+  alignas(64) float A[kMaxRuns];            // code = trunc(fma(|r|, A[run], B[run])), clamped to range
   alignas(64) float B[kMaxRuns];
   alignas(64) std::int32_t range[kMaxRuns];  // the run's smallest code | its largest << 16
-  float delta = 0.0f;
+  float width = 0.0f;
   bool valid = false;
 };
 

@@ -128,20 +128,22 @@ inline __m512 uniform16(std::uint64_t key, std::uint64_t index0) {
   const __m512i b = _mm512_set1_epi64(std::int64_t(base));
   const __m512i m1 = _mm512_set1_epi64(std::int64_t(0xBF58476D1CE4E5B9ull));
   const __m512i m2 = _mm512_set1_epi64(std::int64_t(0x94D049BB133111EBull));
-  __m256 h[2];
+  __m512i z[2];
   for (int k = 0; k < 2; ++k) {
     const std::uint64_t g0 = kGolden64 * std::uint64_t(8 * k);
     const __m512i lane = _mm512_setr_epi64(std::int64_t(g0), std::int64_t(g0 + kGolden64),
                                            std::int64_t(g0 + 2 * kGolden64), std::int64_t(g0 + 3 * kGolden64),
                                            std::int64_t(g0 + 4 * kGolden64), std::int64_t(g0 + 5 * kGolden64),
                                            std::int64_t(g0 + 6 * kGolden64), std::int64_t(g0 + 7 * kGolden64));
-    __m512i z = _mm512_add_epi64(b, lane);
-    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), m1);
-    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), m2);
-    h[k] = _mm512_cvtepi64_ps(_mm512_srli_epi64(z, 40));  // 24-bit integers: exact
+    z[k] = _mm512_add_epi64(b, lane);
+    z[k] = _mm512_mullo_epi64(_mm512_xor_si512(z[k], _mm512_srli_epi64(z[k], 30)), m1);
+    z[k] = _mm512_mullo_epi64(_mm512_xor_si512(z[k], _mm512_srli_epi64(z[k], 27)), m2);
   }
-  const __m512 u = _mm512_insertf32x8(_mm512_castps256_ps512(h[0]), h[1], 1);
-  return _mm512_mul_ps(u, _mm512_set1_ps(5.9604644775390625e-08f));
+  // bits 40..63 of each lane: the high halves of the 16 lanes in order (one permute), shifted down by 8;
+  // 24-bit integers, so the conversion is exact
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512i hi = _mm512_srli_epi32(_mm512_permutex2var_epi32(z[0], odd, z[1]), 8);
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(hi), _mm512_set1_ps(5.9604644775390625e-08f));
 }
 
 // stochastic_code for 16 lanes (the sign rule is a no-op here: L.simd).
@@ -287,7 +289,7 @@ inline void encode256(const Codebook& cb, const Tables256& T, const float* v, in
 #if defined(OCTOPT_ISA_AVX512)
 // The closed-form tables (closed_form.hpp) in registers: a 32-entry table takes one two-source permute.
 struct ClosedFormRegs {
-  __m512 up[2], A[2], B[2], delta;
+  __m512 up[2], A[2], B[2], width;
   __m512i run[2], range[2];
   explicit ClosedFormRegs(const ClosedForm& cf) {
     for (int h = 0; h < 2; ++h) {
@@ -297,7 +299,7 @@ struct ClosedFormRegs {
       run[h] = _mm512_load_si512(cf.run + 16 * h);
       range[h] = _mm512_load_si512(cf.range + 16 * h);
     }
-    delta = _mm512_set1_ps(cf.delta);
+    width = _mm512_set1_ps(cf.width);
   }
 };
 
@@ -324,11 +326,11 @@ inline void closed_form16(const ClosedFormRegs& R, const __m512* r, __m512i* cod
     run[u] = _mm512_mask_add_epi32(run[u], _mm512_cmp_ps_mask(a[u], t[u], _CMP_GE_OQ), run[u], _mm512_set1_epi32(1));
   __m512 x[U];
   for (int u = 0; u < U; ++u)
-    x[u] = _mm512_add_ps(_mm512_mul_ps(a[u], _mm512_permutex2var_ps(R.A[0], run[u], R.A[1])),
-                         _mm512_permutex2var_ps(R.B[0], run[u], R.B[1]));
+    x[u] = _mm512_fmadd_ps(a[u], _mm512_permutex2var_ps(R.A[0], run[u], R.A[1]),
+                           _mm512_permutex2var_ps(R.B[0], run[u], R.B[1]));
   for (int u = 0; u < U; ++u) {
-    const __m512 d = _mm512_reduce_ps(x[u], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);  // x - nearest integer
-    unsure[u] = _mm512_cmp_ps_mask(_mm512_abs_ps(d), R.delta, _CMP_NGT_UQ);                  // NaN (r not finite) too
+    const __m512 d = _mm512_reduce_ps(x[u], _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);  // x - floor(x)
+    unsure[u] = _mm512_cmp_ps_mask(d, R.width, _CMP_NGE_UQ);                             // NaN (r not finite) too
     const __m512i range = _mm512_permutex2var_epi32(R.range[0], run[u], R.range[1]);
     code[u] = _mm512_min_epi32(
         _mm512_max_epi32(_mm512_cvttps_epi32(x[u]), _mm512_and_si512(range, _mm512_set1_epi32(0xffff))),

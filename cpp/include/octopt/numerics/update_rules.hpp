@@ -32,7 +32,7 @@ OCTOPT_HD float update_element(const SlotScalars& h, float p, float g, float& s0
   if (h.flags & kMaximize) g = -g;
   if constexpr (K == OptimKind::adam || K == OptimKind::adamw) {
     if (K == OptimKind::adam) {
-      g = g + h.weight_decay * p;  // coupled L2, as torch.optim.Adam
+      if (h.weight_decay != 0.0f) g = g + h.weight_decay * p;  // coupled L2, as torch.optim.Adam (skipped at 0, as there)
     } else {
       p = p * h.decay;  // decoupled decay before the update, as torch.optim.AdamW
     }
