@@ -178,14 +178,15 @@ bool build_closed_form(const Codebook& cb, ClosedForm& cf) {
       cf.A[k] = r.A;
       cf.B[k] = shifted_b(cb, s, r, width);
       const int c0 = s.codes[r.first], c1 = s.codes[r.last];
-      cf.range[k] = std::min(c0, c1) | (std::max(c0, c1) << 16);
+      cf.lo[k] = std::min(c0, c1);
+      cf.hi[k] = std::max(c0, c1);
       ++k;
     }
   }
   // the positive zero run: a positive value below the first boundary takes the floor, if the map has one
   if (cb.nonzero_floor >= 0) {
     cf.B[0] = float(cb.nonzero_floor) + 0.5f;
-    cf.range[0] = cb.nonzero_floor | (cb.nonzero_floor << 16);
+    cf.lo[0] = cf.hi[0] = cb.nonzero_floor;
   }
   if (!fill_bins(cb, pos, rp, 0, cf.up, cf.run)) return false;
   if (!fill_bins(cb, neg, rn, int(rp.size()), cf.up + kBins, cf.run + kBins)) return false;

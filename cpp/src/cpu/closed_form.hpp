@@ -18,10 +18,10 @@
 
 namespace octopt::cpu {
 
-// Per lane r (cpu/encode.hpp, closed_form16): a = |r|; bin = clamp((biased exponent of a - kBinBias) / 2,
-// 0, 15) + (r <= 0 ? 16 : 0); run = run[bin] + (a >= up[bin]); x = fma(a, A[run], B[run]); if
+// Per lane r, |r| < 2 (cpu/encode.hpp, closed_form16): a = |r|; bin = max((biased exponent of a - kBinBias) / 2,
+// 0) + (r <= 0 ? 16 : 0); run = run[bin] + (a >= up[bin]); x = fma(a, A[run], B[run]); if
 // x - floor(x) < width (or x is NaN) the search decides, else the code is trunc(x) clamped to
-// range[run]. Bin 0 holds [0, 2^-29), bin b [2^(2b-31), 2^(2b-29)), bin 15 everything from 0.5 up.
+// [lo[run], hi[run]]. Bin 0 holds [0, 2^-29), bin b [2^(2b-31), 2^(2b-29)), bin 15 everything from 0.5 up.
 constexpr int kBins = 16;
 constexpr int kBinBias = 96;
 constexpr int kMaxRuns = 32;  // runs of both signs together
@@ -29,9 +29,10 @@ constexpr int kMaxRuns = 32;  // runs of both signs together
 struct ClosedForm {
   alignas(64) float up[2 * kBins];          // the next run up (larger |r|) when |r| >= up[bin]
   alignas(64) std::int32_t run[2 * kBins];  // the run at the bin's low end
-  alignas(64) float A[kMaxRuns];            // code = trunc(fma(|r|, A[run], B[run])), clamped to range
+  alignas(64) float A[kMaxRuns];            // code = trunc(fma(|r|, A[run], B[run])), clamped to [lo, hi]
   alignas(64) float B[kMaxRuns];
-  alignas(64) std::int32_t range[kMaxRuns];  // the run's smallest code | its largest << 16
+  alignas(64) std::int32_t lo[kMaxRuns];  // the run's smallest code
+  alignas(64) std::int32_t hi[kMaxRuns];  // and its largest
   float width = 0.0f;
   bool valid = false;
 };

@@ -1,8 +1,11 @@
-"""Runs the cases: every implementation on its own copy of the parameters, one after the other."""
+"""Runs the cases: every implementation on its own copy of the parameters. The fast ones take turns, one timed
+step each per round, so that a slower or faster phase of a shared machine (seconds long on the development
+machine) falls on all of them alike instead of on whichever ran then; the slow peers run one after the other."""
 
 from __future__ import annotations
 
 import gc
+import time
 
 import numpy as np
 
@@ -16,38 +19,75 @@ ALWAYS_RUN_UP_TO = 1 << 24  # a slow peer's first single-tensor case up to this 
 
 
 def run_case(case: Case, impls: list[Impl], args, progress: Progress, per_param: dict, rows: list[Row]) -> None:
-    """Appends one Row per implementation. `per_param` carries each slow peer's measured seconds per
-    parameter from one single-tensor case to the next (its cost estimate)."""
+    """Appends one Row per implementation, in the order of `impls`. `per_param` carries each slow peer's measured
+    seconds per parameter from one single-tensor case to the next (its cost estimate)."""
     rng = np.random.default_rng(0)
     master = rng.standard_normal(case.n, dtype=np.float32)
     grads = np.split(rng.standard_normal(case.n, dtype=np.float32) * np.float32(1e-2), case.tensors)
+    by_impl = {}
+    fast = [impl for impl in impls if not impl.slow]
+    if fast:
+        for row in run_in_turns(case, fast, args, progress, master, grads):
+            by_impl[row.impl] = row
     for impl in impls:
-        row = Row(case.label, case.n, case.tensors, impl.name, impl.family, impl.bits)
-        warmup, repeats = args.warmup, args.repeats
         if impl.slow:
-            warmup, repeats = 1, args.slow_repeats
-            progress.start(f"{case.label} {impl.name}: cost estimate")
-            skip = slow_skip_reason(
-                case, impl, per_param.get(impl.name), args.slow_budget, warmup + repeats, master, grads[0]
-            )
-            if skip:
-                row.note = f"skipped: {skip}"
-                rows.append(row)
-                progress.finish(f"{case.label:>10}  {impl.name:<22} {row.note}")
-                continue
-        progress.start(f"{case.label} {impl.name}")
-        params = [p.copy() for p in np.split(master, case.tensors)]
-        step = impl.make(params, grads)
-        row.times_s = time_steps(step, warmup, repeats, row.cpu_s)
-        del step, params
-        gc.collect()
-        if impl.slow and case.tensors == 1:
-            per_param[impl.name] = row.median / case.n
-        rows.append(row)
-        progress.finish(
-            f"{case.label:>10}  {impl.name:<22} {ms(row.median):>9} ms/step  "
-            f"({ms(min(row.times_s))}-{ms(max(row.times_s))}, {len(row.times_s)} steps)"
-        )
+            by_impl[impl.name] = run_slow(case, impl, args, progress, per_param, master, grads)
+    rows.extend(by_impl[impl.name] for impl in impls)
+
+
+def run_in_turns(case: Case, impls: list[Impl], args, progress: Progress, master, grads) -> list[Row]:
+    """Every implementation's warm-up steps, then `args.repeats` rounds of one timed step each. Before each timed
+    step the process sleeps `args.pause_ms`: torch's OpenMP workers keep spinning for a while after a parallel
+    region, and would otherwise take cores from whichever step comes next. An implementation whose warm-up
+    step took under 50 ms then makes one untimed step right before its timed one: after the pause the second
+    core of a virtual machine takes a millisecond or more to come back, and a short step would otherwise run
+    mostly on one core (measured at 2^22 parameters: 1.0 cores instead of 1.9, for octopt and torch alike)."""
+    progress.start(f"{case.label}: {len(impls)} implementations in turns")
+    rows, steps, short = [], [], []
+    for impl in impls:
+        rows.append(Row(case.label, case.n, case.tensors, impl.name, impl.family, impl.bits))
+        steps.append(impl.make([p.copy() for p in np.split(master, case.tensors)], grads))
+        warm = time_steps(steps[-1], max(args.warmup - 1, 0), 1)[0]
+        short.append(warm < 0.05)
+    for _ in range(args.repeats):
+        for row, step, pre in zip(rows, steps, short):
+            time.sleep(args.pause_ms / 1e3)
+            if pre:
+                step()
+            row.times_s += time_steps(step, 0, 1, row.cpu_s)
+    del steps
+    gc.collect()
+    progress.finish(
+        f"{case.label:>10}  "
+        + ", ".join(f"{row.impl} {ms(row.median)}" for row in rows)
+        + f" ms/step (median of {args.repeats} rounds)"
+    )
+    return rows
+
+
+def run_slow(case: Case, impl: Impl, args, progress: Progress, per_param: dict, master, grads) -> Row:
+    """A slow peer's steps, one after the other, within its budget (slow_skip_reason)."""
+    row = Row(case.label, case.n, case.tensors, impl.name, impl.family, impl.bits)
+    warmup, repeats = 1, args.slow_repeats
+    progress.start(f"{case.label} {impl.name}: cost estimate")
+    skip = slow_skip_reason(case, impl, per_param.get(impl.name), args.slow_budget, warmup + repeats, master, grads[0])
+    if skip:
+        row.note = f"skipped: {skip}"
+        progress.finish(f"{case.label:>10}  {impl.name:<22} {row.note}")
+        return row
+    progress.start(f"{case.label} {impl.name}")
+    params = [p.copy() for p in np.split(master, case.tensors)]
+    step = impl.make(params, grads)
+    row.times_s = time_steps(step, warmup, repeats, row.cpu_s)
+    del step, params
+    gc.collect()
+    if case.tensors == 1:
+        per_param[impl.name] = row.median / case.n
+    progress.finish(
+        f"{case.label:>10}  {impl.name:<22} {ms(row.median):>9} ms/step  "
+        f"({ms(min(row.times_s))}-{ms(max(row.times_s))}, {len(row.times_s)} steps)"
+    )
+    return row
 
 
 def slow_skip_reason(

@@ -42,6 +42,12 @@ def add_arguments(p: argparse.ArgumentParser, default_root: str = DEFAULT_ROOT) 
     p.add_argument("--repeats", type=int, default=10, help="timed steps per implementation (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first, state allocation included")
     p.add_argument(
+        "--pause-ms",
+        type=float,
+        default=20.0,
+        help="idle time before each timed step of the implementations that take turns (default 20)",
+    )
+    p.add_argument(
         "--sizes",
         nargs="+",
         metavar="N[xK]",
@@ -161,7 +167,9 @@ def run(args: argparse.Namespace) -> int:
         if do_overhead
         else []
     )
-    progress = Progress(stream_rounds + (len(cases) * len(impls) if do_steps else 0) + n_mem + len(over_rows))
+    # per case: one line for the implementations that take turns, one per slow peer
+    per_case = int(any(not i.slow for i in impls)) + sum(i.slow for i in impls)
+    progress = Progress(stream_rounds + (len(cases) * per_case if do_steps else 0) + n_mem + len(over_rows))
     streams: dict = {}
     rows: list[Row] = []
     if do_steps:
