@@ -156,11 +156,9 @@ inline __m512i stochastic_codes(const Codebook& cb, const Levels& L, __m512 r, _
   const __m512i lo = _mm512_max_epi32(_mm512_sub_epi32(cnt, one), _mm512_setzero_si512());
   const __m512i hi = _mm512_min_epi32(cnt, _mm512_set1_epi32(n - 1));
   const __m512 vlo = lookup_values(cb, lo), vhi = lookup_values(cb, hi);
+  // below the first value (cnt 0) and from the last one up (cnt n) lo == hi, the one code there is
   const __m512 p = _mm512_div_ps(_mm512_sub_ps(r, vlo), _mm512_sub_ps(vhi, vlo));
-  __m512i c = _mm512_mask_mov_epi32(lo, _mm512_cmp_ps_mask(u, p, _CMP_LT_OQ), cnt);
-  c = _mm512_mask_mov_epi32(c, _mm512_cmpeq_epi32_mask(cnt, _mm512_setzero_si512()), _mm512_setzero_si512());
-  c = _mm512_mask_mov_epi32(c, _mm512_cmpeq_epi32_mask(cnt, _mm512_set1_epi32(n)), _mm512_set1_epi32(n - 1));
-  return apply_floor(cb, r, c);
+  return apply_floor(cb, r, _mm512_mask_mov_epi32(lo, _mm512_cmp_ps_mask(u, p, _CMP_LT_OQ), hi));
 }
 
 // stochastic_codes for a 16-entry map, U vectors at a time stage by stage (each vector's search, lookups
@@ -191,10 +189,7 @@ inline void stochastic16(const Codebook& cb, const Levels& L, const __m512* r, c
     const __m512i hi = _mm512_min_epi32(cnt, fifteen);
     const __m512 vlo = _mm512_permutexvar_ps(lo, V), vhi = _mm512_permutexvar_ps(hi, V);
     const __m512 p = _mm512_div_ps(_mm512_sub_ps(r[k], vlo), _mm512_sub_ps(vhi, vlo));
-    __m512i t = _mm512_mask_mov_epi32(lo, _mm512_cmp_ps_mask(u[k], p, _CMP_LT_OQ), cnt);
-    t = _mm512_mask_mov_epi32(t, _mm512_cmpeq_epi32_mask(cnt, _mm512_setzero_si512()), _mm512_setzero_si512());
-    t = _mm512_mask_mov_epi32(t, _mm512_cmpeq_epi32_mask(cnt, _mm512_set1_epi32(16)), fifteen);
-    code[k] = apply_floor(cb, r[k], t);
+    code[k] = apply_floor(cb, r[k], _mm512_mask_mov_epi32(lo, _mm512_cmp_ps_mask(u[k], p, _CMP_LT_OQ), hi));
   }
 }
 
@@ -547,12 +542,30 @@ inline void decode_block(const Codebook& cb, const std::uint8_t* codes, int len,
 
 // 4-bit packing: byte k holds codes 2k (low nibble) and 2k+1 (high nibble; 0 past the end).
 inline void pack4(const std::uint8_t* codes, int len, std::uint8_t* out) {
-  for (int k = 0; k < len / 2; ++k) out[k] = std::uint8_t(codes[2 * k] | (codes[2 * k + 1] << 4));
+  int k = 0;
+#if defined(OCTOPT_ISA_AVX512)
+  // 64 codes as 32 16-bit words even | odd << 8; word | word >> 4 has even | odd << 4 in its low byte
+  for (; 2 * k + 64 <= len; k += 32) {
+    const __m512i w = _mm512_loadu_si512(codes + 2 * k);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k),
+                        _mm512_cvtepi16_epi8(_mm512_or_si512(w, _mm512_srli_epi16(w, 4))));
+  }
+#endif
+  for (; k < len / 2; ++k) out[k] = std::uint8_t(codes[2 * k] | (codes[2 * k + 1] << 4));
   if (len & 1) out[len / 2] = codes[len - 1];
 }
 
 inline void unpack4(const std::uint8_t* packed, int len, std::uint8_t* codes) {
-  for (int k = 0; k < len / 2; ++k) {
+  int k = 0;
+#if defined(OCTOPT_ISA_AVX512)
+  // 32 bytes to 32 words b; (b | b << 4) & 0x0f0f is low nibble | high nibble << 8
+  for (; 2 * k + 64 <= len; k += 32) {
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + k)));
+    _mm512_storeu_si512(codes + 2 * k, _mm512_ternarylogic_epi32(b, _mm512_slli_epi16(b, 4),
+                                                                 _mm512_set1_epi16(0x0f0f), 0xa8));  // (a | b) & c
+  }
+#endif
+  for (; k < len / 2; ++k) {
     codes[2 * k] = packed[k] & 0x0f;
     codes[2 * k + 1] = std::uint8_t(packed[k] >> 4);
   }
