@@ -338,15 +338,24 @@ inline void closed_form16(const ClosedFormRegs& R, const __m512* r, __m512i* cod
 // Nearest codes of a block of a 256-entry map with closed-form tables; lanes the formula cannot
 // settle take the level search (a whole vector at a time; rare). Four vectors at a time, then one.
 // Requires |v[i]| <= scale (absmax scaling, as every caller of encode_block has): see closed_form16.
+// The codes of 16 lanes (mask m) of v / scale for which the closed form left some lanes unsure: the formula
+// again, then the search for those lanes. Out of line (rare), so that the main loop keeps nothing of its
+// vectors in memory for it.
+__attribute__((noinline)) inline void closed_form_settle(const Codebook& cb, const Levels& L, const ClosedFormRegs& R,
+                                                         const float* v, __mmask16 m, __m512 vs, std::uint8_t* codes) {
+  __m512 r = _mm512_div_ps(_mm512_maskz_loadu_ps(m, v), vs);
+  __m512i c;
+  __mmask16 unsure;
+  closed_form16<1>(R, &r, &c, &unsure);
+  unsure &= m;
+  if (unsure) c = _mm512_mask_mov_epi32(c, unsure, apply_floor(cb, r, search_levels(L.lvl, 256, r)));
+  _mm512_mask_cvtepi32_storeu_epi8(codes, m, c);
+}
+
 inline void encode_block_closed_form(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
                                      std::uint8_t* codes) {
   const ClosedFormRegs R(L.cf);
   const __m512 vs = _mm512_set1_ps(scale);
-  const auto finish = [&](int i, __mmask16 m, __m512 r, __m512i c, __mmask16 unsure) {
-    unsure &= m;
-    if (unsure) c = _mm512_mask_mov_epi32(c, unsure, apply_floor(cb, r, search_levels(L.lvl, 256, r)));
-    _mm512_mask_cvtepi32_storeu_epi8(codes + i, m, c);
-  };
   int i = 0;
   for (; i + 64 <= len; i += 64) {
     __m512 r[4];
@@ -354,9 +363,9 @@ inline void encode_block_closed_form(const Codebook& cb, const Levels& L, const 
     __mmask16 unsure[4];
     for (int u = 0; u < 4; ++u) r[u] = _mm512_div_ps(_mm512_loadu_ps(v + i + 16 * u), vs);
     closed_form16<4>(R, r, c, unsure);
-    // one test for the four vectors (the search is rare): 8% faster than a branch per vector
-    if (unsure[0] | unsure[1] | unsure[2] | unsure[3]) {
-      for (int u = 0; u < 4; ++u) finish(i + 16 * u, 0xffff, r[u], c[u], unsure[u]);
+    // one test for the four vectors; the rare unsure group is redone out of line
+    if (__builtin_expect((unsure[0] | unsure[1] | unsure[2] | unsure[3]) != 0, 0)) {
+      for (int u = 0; u < 4; ++u) closed_form_settle(cb, L, R, v + i + 16 * u, 0xffff, vs, codes + i + 16 * u);
     } else {
       for (int u = 0; u < 4; ++u) _mm512_mask_cvtepi32_storeu_epi8(codes + i + 16 * u, 0xffff, c[u]);
     }
@@ -367,7 +376,10 @@ inline void encode_block_closed_form(const Codebook& cb, const Levels& L, const 
     __m512i c;
     __mmask16 unsure;
     closed_form16<1>(R, &r, &c, &unsure);
-    finish(i, m, r, c, unsure);
+    if (__builtin_expect((unsure & m) != 0, 0))
+      closed_form_settle(cb, L, R, v + i, m, vs, codes + i);
+    else
+      _mm512_mask_cvtepi32_storeu_epi8(codes + i, m, c);
   }
 }
 
