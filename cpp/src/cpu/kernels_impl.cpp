@@ -2,9 +2,10 @@
 // (baseline). Headers come first, before the target pragma, so that inline functions shared with
 // other translation units keep the baseline instruction set (no ODR mixing of ISAs).
 // GCC 12 reports its own _mm512_undefined_*() placeholders (self-initialized on purpose) as
-// "may be used uninitialized" wherever an AVX-512 intrinsic is inlined: a known false positive.
+// "(maybe) used uninitialized" wherever an AVX-512 intrinsic is inlined: a known false positive.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <algorithm>
 #include <cmath>
