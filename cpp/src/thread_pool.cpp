@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -71,7 +72,18 @@ struct Job {
 };
 
 // Workers sleep on a condition variable between regions, so an idle pool costs no CPU and does
-// not compete with torch's or NumPy's own threads.
+// not compete with torch's or NumPy's own threads; only for kSpinMicros after a region they poll
+// for the next one first, since waking a sleeping thread took 0.2-0.3 ms on a virtual machine (a
+// 0.6 ms region on two threads ran in 0.55 ms instead of 0.32 without the poll).
+constexpr int kSpinMicros = 100;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 //
 // Locks, always taken in this order: resize_mutex_ (starting and stopping workers, short except
 // while joining workers that finish their current region) before mutex_ (the list of regions and
@@ -115,6 +127,7 @@ class Pool {
     {
       std::lock_guard<std::mutex> lk(mutex_);
       jobs_.push_back(&job);
+      posted_.fetch_add(1, std::memory_order_release);
     }
     for (std::int64_t i = 1; i < parts; ++i) wake_.notify_one();
     run_tasks(job);
@@ -203,6 +216,12 @@ class Pool {
     std::unique_lock<std::mutex> lk(mutex_);
     for (;;) {
       Job* job = nullptr;
+      if (!stopping_ && !(job = pick())) {
+        const std::uint64_t seen = posted_.load(std::memory_order_acquire);
+        lk.unlock();
+        poll_for_region(seen);
+        lk.lock();
+      }
       wake_.wait(lk, [&] { return stopping_ || (job = pick()) != nullptr; });
       if (stopping_) return;
       ++job->helpers;
@@ -211,6 +230,15 @@ class Pool {
       lk.lock();
       // Notified under the lock: once it sees 0 the caller may return and destroy the job.
       if (--job->helpers == 0) job->helpers_done.notify_one();
+    }
+  }
+
+  // Returns when a region was posted after `seen` (or stop_workers ran), or after kSpinMicros.
+  void poll_for_region(std::uint64_t seen) const {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+    for (unsigned i = 1; posted_.load(std::memory_order_acquire) == seen; ++i) {
+      cpu_relax();
+      if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) return;
     }
   }
 
@@ -227,6 +255,7 @@ class Pool {
     {
       std::lock_guard<std::mutex> lk(mutex_);
       stopping_ = true;
+      posted_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     for (auto& t : workers_) t.join();
@@ -242,6 +271,7 @@ class Pool {
   std::vector<std::thread> lost_workers_;  // handles of a parent's workers, in a forked child
   std::vector<Job*> jobs_;                 // regions with workers, in start order (mutex_)
   bool stopping_ = false;                  // mutex_
+  std::atomic<std::uint64_t> posted_{0};   // regions posted and stops, for the workers' poll
   std::atomic<int> threads_{default_threads()};
   std::atomic<int> active_regions_{0}, max_regions_{0};
   int regions_at_fork_ = 0;
