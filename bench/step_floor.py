@@ -8,7 +8,8 @@ An 8-bit Adam step must at least re-encode m and v (one exact block-wise quantiz
 Adam step and ``torch.optim.Adam(fused=True)`` on the same number of parameters, and prints each as a
 multiple of torch's step: the re-encoding's share of the step, the part the closed-form encoder and the
 one-pass block loop of issue 12 cut (bench/README.md, "Where an exact 8-bit step spends its time now", has
-the current decomposition: encode 42%, update 26%, decode 13%, gradient check 12% of the step on one thread).
+the current decomposition, by ablation at 1.51 ns/param on one thread: encode 48%, update 30% (its square
+root and two divisions alone 25%), decode 17%, gradient check and loop 6%).
 ``2 x quantize`` is a floor only for a step that re-encodes through separate quantize calls; the fused step
 shares the division and the absmax pass with its update loop.
 """

@@ -573,8 +573,8 @@ inline void unpack4(const std::uint8_t* packed, int len, std::uint8_t* codes) {
   // 32 bytes to 32 words b; (b | b << 4) & 0x0f0f is low nibble | high nibble << 8
   for (; 2 * k + 64 <= len; k += 32) {
     const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + k)));
-    _mm512_storeu_si512(codes + 2 * k, _mm512_ternarylogic_epi32(b, _mm512_slli_epi16(b, 4),
-                                                                 _mm512_set1_epi16(0x0f0f), 0xa8));  // (a | b) & c
+    _mm512_storeu_si512(codes + 2 * k, _mm512_ternarylogic_epi32(b, _mm512_slli_epi16(b, 4), _mm512_set1_epi16(0x0f0f),
+                                                                 0xa8));  // (a | b) & c
   }
 #endif
   for (; k < len / 2; ++k) {

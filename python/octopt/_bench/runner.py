@@ -5,6 +5,7 @@ machine) falls on all of them alike instead of on whichever ran then; the slow p
 from __future__ import annotations
 
 import gc
+import random
 import time
 
 import numpy as np
@@ -36,7 +37,8 @@ def run_case(case: Case, impls: list[Impl], args, progress: Progress, per_param:
 
 
 def run_in_turns(case: Case, impls: list[Impl], args, progress: Progress, master, grads) -> list[Row]:
-    """Every implementation's warm-up steps, then `args.repeats` rounds of one timed step each. Before each timed
+    """Every implementation's warm-up steps, then `args.repeats` rounds of one timed step each, in an order
+    shuffled for each round (seeded). Before each timed
     step the process sleeps `args.pause_ms`: torch's OpenMP workers keep spinning for a while after a parallel
     region, and would otherwise take cores from whichever step comes next. An implementation whose warm-up
     step took under 50 ms then makes one untimed step right before its timed one: after the pause the second
@@ -49,8 +51,11 @@ def run_in_turns(case: Case, impls: list[Impl], args, progress: Progress, master
         steps.append(impl.make([p.copy() for p in np.split(master, case.tensors)], grads))
         warm = time_steps(steps[-1], max(args.warmup - 1, 0), 1)[0]
         short.append(warm < 0.05)
+    turns = list(zip(rows, steps, short))
+    order = random.Random(0)
     for _ in range(args.repeats):
-        for row, step, pre in zip(rows, steps, short):
+        order.shuffle(turns)  # a new order each round: no implementation always follows the same other one
+        for row, step, pre in turns:
             time.sleep(args.pause_ms / 1e3)
             if pre:
                 step()

@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser, default_root: str = DEFAULT_ROOT) 
     p.add_argument(
         "--threads", type=int, default=2, help="threads of octopt, torch, XLA and the STREAM kernels (default 2)"
     )
-    p.add_argument("--repeats", type=int, default=10, help="timed steps per implementation (default 10)")
+    p.add_argument("--repeats", type=int, default=20, help="timed steps per implementation (default 20)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first, state allocation included")
     p.add_argument(
         "--pause-ms",

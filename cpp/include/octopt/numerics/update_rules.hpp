@@ -32,7 +32,8 @@ OCTOPT_HD float update_element(const SlotScalars& h, float p, float g, float& s0
   if (h.flags & kMaximize) g = -g;
   if constexpr (K == OptimKind::adam || K == OptimKind::adamw) {
     if (K == OptimKind::adam) {
-      if (h.weight_decay != 0.0f) g = g + h.weight_decay * p;  // coupled L2, as torch.optim.Adam (skipped at 0, as there)
+      // coupled L2, as torch.optim.Adam (which skips it at weight decay 0)
+      if (h.weight_decay != 0.0f) g = g + h.weight_decay * p;
     } else {
       p = p * h.decay;  // decoupled decay before the update, as torch.optim.AdamW
     }
