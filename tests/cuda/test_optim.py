@@ -22,29 +22,41 @@ def grads_for(n: int, step: int, seed: int = 0) -> np.ndarray:
     return g
 
 
+def step_both(case, twin, og, oc, seed: int = 0) -> None:
+    """STEPS steps of the GPU optimizer og and its CPU twin oc on the same gradients."""
+    for s in range(STEPS):
+        gs = [grads_for(n, s, seed=seed) for n in SIZES]
+        og.step([case.make(g) for g in gs])
+        oc.step([twin.make(g) for g in gs])
+
+
+def assert_params_alike(case, twin, gpu, cpu, assert_same_bytes, bytes_of) -> None:
+    for i, (pg, pc) in enumerate(zip(gpu, cpu)):
+        assert_same_bytes(f"params[{i}]", bytes_of(case, pg), bytes_of(twin, pc))
+
+
+def assert_states_alike(case, twin, sg, sc, assert_same_bytes, bytes_of) -> None:
+    """Every quantized or fp32 state buffer (data and absmax) of two state dicts, byte for byte."""
+    for i, (tg, tc) in enumerate(zip(sg["state"], sc["state"])):
+        for slot, entry in tc["slots"].items():
+            for key in ("data", "absmax"):
+                if key in entry:
+                    assert_same_bytes(
+                        f"state[{i}].{slot}.{key}", bytes_of(case, tg["slots"][slot][key]), bytes_of(twin, entry[key])
+                    )
+
+
 @pytest.mark.parametrize("bits", [32, 8, 4])
 def test_step_matches_cpu(cuda_array_case, optimizer_name, bits, make_pair, assert_same_bytes, bytes_of):
     case, name = cuda_array_case, optimizer_name
     twin, gpu, cpu, og, oc = make_pair(case, name, bits)
-    for s in range(STEPS):
-        gs = [grads_for(p_size, s) for p_size in SIZES]
-        og.step([case.make(g) for g in gs])
-        oc.step([twin.make(g) for g in gs])
+    step_both(case, twin, og, oc)
     assert og.skipped_blocks == oc.skipped_blocks
-    for i, (pg, pc) in enumerate(zip(gpu, cpu)):
-        assert_same_bytes(f"params[{i}]", bytes_of(case, pg), bytes_of(twin, pc))
+    assert_params_alike(case, twin, gpu, cpu, assert_same_bytes, bytes_of)
     sg, sc = og.state_dict(), oc.state_dict()
     assert sg["global_step"] == sc["global_step"] == STEPS
-    for i, (tg, tc) in enumerate(zip(sg["state"], sc["state"])):
-        assert tg["step"] == tc["step"]
-        for slot in tc["slots"]:
-            for key in ("data", "absmax"):
-                if key in tc["slots"][slot]:
-                    assert_same_bytes(
-                        f"state[{i}].{slot}.{key}",
-                        bytes_of(case, tg["slots"][slot][key]),
-                        bytes_of(twin, tc["slots"][slot][key]),
-                    )
+    assert [tg["step"] for tg in sg["state"]] == [tc["step"] for tc in sc["state"]]
+    assert_states_alike(case, twin, sg, sc, assert_same_bytes, bytes_of)
     if name in ("LAMB", "LARS"):
         assert og.trust_ratios() == oc.trust_ratios()
 
@@ -52,23 +64,15 @@ def test_step_matches_cpu(cuda_array_case, optimizer_name, bits, make_pair, asse
 def test_stochastic_rounding_matches_cpu(cuda_array_case, make_pair, assert_same_bytes, bytes_of):
     case = cuda_array_case
     twin, gpu, cpu, og, oc = make_pair(case, "AdamW", 8, stochastic_rounding=True, stochastic_bf16=True, seed=11)
-    for s in range(STEPS):
-        gs = [grads_for(n, s, seed=3) for n in SIZES]
-        og.step([case.make(g) for g in gs])
-        oc.step([twin.make(g) for g in gs])
-    for i, (pg, pc) in enumerate(zip(gpu, cpu)):
-        assert_same_bytes(f"params[{i}]", bytes_of(case, pg), bytes_of(twin, pc))
+    step_both(case, twin, og, oc, seed=3)
+    assert_params_alike(case, twin, gpu, cpu, assert_same_bytes, bytes_of)
 
 
 def test_percentile_matches_cpu(cuda_array_case, make_pair, assert_same_bytes, bytes_of):
     case = cuda_array_case
     twin, gpu, cpu, og, oc = make_pair(case, "Adam", 8, percentile=99.0)
-    for s in range(STEPS):
-        gs = [grads_for(n, s, seed=5) for n in SIZES]
-        og.step([case.make(g) for g in gs])
-        oc.step([twin.make(g) for g in gs])
-    for i, (pg, pc) in enumerate(zip(gpu, cpu)):
-        assert_same_bytes(f"params[{i}]", bytes_of(case, pg), bytes_of(twin, pc))
+    step_both(case, twin, og, oc, seed=5)
+    assert_params_alike(case, twin, gpu, cpu, assert_same_bytes, bytes_of)
 
 
 @pytest.mark.parametrize("name", ["AdamW", "SGD", "Adagrad"])
@@ -77,20 +81,9 @@ def test_fp8_state_map_matches_cpu(cuda_array_case, name, make_pair, assert_same
     case = cuda_array_case
     twin, gpu, cpu, og, oc = make_pair(case, name, 8, state_map="fp8")
     assert {s["map"] for t in oc.state_layout() for s in t["slots"].values()} >= {"fp8_e4m3"}
-    for s in range(STEPS):
-        gs = [grads_for(n, s, seed=7) for n in SIZES]
-        og.step([case.make(g) for g in gs])
-        oc.step([twin.make(g) for g in gs])
-    for i, (pg, pc) in enumerate(zip(gpu, cpu)):
-        assert_same_bytes(f"params[{i}]", bytes_of(case, pg), bytes_of(twin, pc))
-    sg, sc = og.state_dict(), oc.state_dict()
-    for i, (tg, tc) in enumerate(zip(sg["state"], sc["state"])):
-        for slot, entry in tc["slots"].items():
-            for key in ("data", "absmax"):
-                if key in entry:
-                    assert_same_bytes(
-                        f"state[{i}].{slot}.{key}", bytes_of(case, tg["slots"][slot][key]), bytes_of(twin, entry[key])
-                    )
+    step_both(case, twin, og, oc, seed=7)
+    assert_params_alike(case, twin, gpu, cpu, assert_same_bytes, bytes_of)
+    assert_states_alike(case, twin, og.state_dict(), oc.state_dict(), assert_same_bytes, bytes_of)
 
 
 def test_none_grad_and_step_counts(cuda_array_case, make_pair, assert_same_bytes, bytes_of):
@@ -101,8 +94,7 @@ def test_none_grad_and_step_counts(cuda_array_case, make_pair, assert_same_bytes
         og.step([case.make(g) if g is not None else None for g in gs])
         oc.step([twin.make(g) if g is not None else None for g in gs])
     assert [t["step"] for t in og.state_layout()] == [t["step"] for t in oc.state_layout()]
-    for i, (pg, pc) in enumerate(zip(gpu, cpu)):
-        assert_same_bytes(f"params[{i}]", bytes_of(case, pg), bytes_of(twin, pc))
+    assert_params_alike(case, twin, gpu, cpu, assert_same_bytes, bytes_of)
 
 
 @pytest.mark.parametrize("name", ["Adam", "LAMB", "SGD"])
