@@ -82,11 +82,12 @@ def test_cpp_program_under_qemu(cross_build):
     assert "100% tests passed" in out, f"ctest ran no test or not all passed:\n{_tail(out)}"
     m = SUMMARY.search(out)
     assert m is not None and int(m.group(2)) == 0 and int(m.group(1)) > 0, f"no check summary:\n{_tail(out)}"
-    assert "isa_hashes_match_x86" in out, "the x86 hash comparison did not run"
-    assert "kernels: baseline" in out, f"aarch64 did not choose the portable kernels by default:\n{_tail(out)}"
+    for isa in ("neon", "baseline"):
+        assert f"isa_hashes: checking the {isa} kernels" in out, f"the x86 hash comparison skipped {isa}:\n{_tail(out)}"
+    assert "kernels: neon" in out, f"aarch64 did not choose the NEON kernels by default:\n{_tail(out)}"
 
 
-@pytest.mark.parametrize("isa", ["baseline"])
+@pytest.mark.parametrize("isa", ["neon", "baseline"])
 def test_encoder_check_under_qemu(cross_build, isa):
     exe = BUILD / "tests" / "cpp" / "octopt_encoder_check"
     rc, out = _run([QEMU, "-L", SYSROOT, str(exe), "--stride", str(ENCODER_STRIDE), "--isa", isa])

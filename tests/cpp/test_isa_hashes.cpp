@@ -200,6 +200,7 @@ OCTOPT_TEST(isa_hashes_match_x86) {
       continue;  // not built for this architecture, or not supported by this CPU
     }
     ++paths;
+    std::printf("isa_hashes: checking the %s kernels\n", isa);
     const std::vector<Result> got = compute_all();
     if (print && paths == 1)
       for (const Result& r : got)

@@ -8,8 +8,8 @@ namespace octopt {
 
 std::string version();
 std::string compiler();    // the C++ compiler that built the core
-std::string simd_level();  // instruction set of the CPU kernels in use: baseline, avx2, avx512 or avx512vbmi
-// Forces the CPU kernels ("baseline", "avx2", "avx512", "avx512vbmi"; "" = the start-up choice: OCTOPT_ISA
+std::string simd_level();  // instruction set of the CPU kernels in use: baseline, avx2, avx512, avx512vbmi or neon
+// Forces the CPU kernels ("baseline", "avx2", "avx512", "avx512vbmi", "neon"; "" = the start-up choice: OCTOPT_ISA
 // in the environment when set, else the best available). All variants give bit-identical results.
 void set_simd_level(const std::string& name);
 std::string cpu_features();  // relevant features the CPU reports

@@ -18,6 +18,9 @@ bool cpu_has(const std::string& isa) {
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && cpu_has("avx2");
   if (isa == "avx512vbmi") return __builtin_cpu_supports("avx512vbmi") && cpu_has("avx512");
 #endif
+#if defined(OCTOPT_NEON_KERNELS)
+  if (isa == "neon") return true;  // Advanced SIMD is part of every AArch64 CPU
+#endif
   return isa == "baseline";
 }
 
@@ -28,6 +31,9 @@ const Kernels* by_name(const std::string& name) {
   if (name == "avx512") return cpu_has("avx512") ? &kernels_avx512() : nullptr;
   if (name == "avx512vbmi") return cpu_has("avx512vbmi") ? &kernels_avx512vbmi() : nullptr;
 #endif
+#if defined(OCTOPT_NEON_KERNELS)
+  if (name == "neon") return cpu_has("neon") ? &kernels_neon() : nullptr;
+#endif
   return nullptr;
 }
 
@@ -37,10 +43,10 @@ const Kernels* choose(const std::string& forced) {
     if (!k)
       throw std::invalid_argument(
           "OCTOPT_ISA: '" + forced +
-          "' is not available here (choose baseline, avx2, avx512 or avx512vbmi as the CPU allows)");
+          "' is not available here (choose baseline, avx2, avx512, avx512vbmi or neon as the CPU allows)");
     return k;
   }
-  for (const char* n : {"avx512vbmi", "avx512", "avx2"})
+  for (const char* n : {"avx512vbmi", "avx512", "avx2", "neon"})
     if (const Kernels* k = by_name(n)) return k;
   return &kernels_baseline();
 }

@@ -9,6 +9,9 @@
 #if defined(OCTOPT_X86_KERNELS)
 #include <immintrin.h>
 #endif
+#if defined(OCTOPT_ISA_NEON)
+#include <arm_neon.h>
+#endif
 
 #include "cpu/closed_form.hpp"
 #include "octopt/numerics/codebook.hpp"
@@ -16,6 +19,10 @@
 #include "octopt/numerics/rng.hpp"
 
 namespace octopt::cpu::OCTOPT_ISA_NS {
+
+#if defined(OCTOPT_ISA_NEON)
+#include "cpu/encode_neon.hpp"
+#endif
 
 // Thresholds reordered by search level: level s (s = size/2 .. 1) holds size/(2s) entries,
 // entry j being thresholds[j * 2s + s - 1], starting at offset size/(2s) - 1.
@@ -26,6 +33,9 @@ struct Levels {
   bool simd;      // the sign rule is a no-op for this map, so the plain search is the whole answer
   ClosedForm cf;  // valid: 256-entry maps of evenly spaced runs (the dynamic maps) encode by formula
   alignas(64) std::uint8_t planes[4][256];  // byte k of values[c] (little-endian), for byte-table decoding
+#if defined(OCTOPT_ISA_NEON)
+  ClosedFormPlanes cfp;  // cf's tables as byte planes, for tbl lookups (valid with cf)
+#endif
 };
 
 inline void level_order(const float* sorted, int size, float* out) {
@@ -47,12 +57,19 @@ inline void make_levels(const Codebook& cb, Levels& L) {
     build_closed_form(cb, L.cf);
   else
     L.cf = ClosedForm();
+#if defined(OCTOPT_ISA_NEON)
+  if (L.cf.valid) make_closed_form_planes(L.cf, L.cfp);
+#endif
   for (int c = 0; c < 256; ++c) {
     std::uint32_t u;
     std::memcpy(&u, cb.values + (c < cb.size ? c : 0), 4);
     for (int k = 0; k < 4; ++k) L.planes[k][c] = std::uint8_t(u >> (8 * k));
   }
 }
+
+#if defined(OCTOPT_ISA_PORTABLE)
+#include "cpu/encode_portable.hpp"
+#endif
 
 #if defined(OCTOPT_ISA_AVX512)
 // Codebook::nonzero_floor on 16 lanes: a positive value whose code is a zero entry gets the floor.
@@ -425,6 +442,9 @@ __attribute__((target("avx512vbmi"), noinline)) inline void decode256_vbmi(const
 inline void encode_block(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
                          std::uint8_t* codes) {
   int i = 0;
+#if defined(OCTOPT_ISA_PORTABLE)
+  if (L.size == 16) return encode_block16_portable(cb, v, len, scale, codes);
+#endif
   if (L.simd) {
 #if defined(OCTOPT_ISA_AVX512)
     const __m512 vs = _mm512_set1_ps(scale);
@@ -457,6 +477,10 @@ inline void encode_block(const Codebook& cb, const Levels& L, const float* v, in
       }
       return;
     }
+#elif defined(OCTOPT_ISA_NEON)
+    if (L.size == 256 && L.cf.valid) return encode_block_closed_form_neon(cb, L.cfp, L.cf.width, v, len, scale, codes);
+#elif defined(OCTOPT_ISA_PORTABLE)
+    if (L.size == 256 && L.cf.valid) return encode_block_closed_form_portable(cb, L, v, len, scale, codes);
 #elif defined(OCTOPT_ISA_AVX2)
     const __m256 vs = _mm256_set1_ps(scale);
     for (; i + 8 <= len; i += 8) {
@@ -542,6 +566,8 @@ inline void decode_block(const Codebook& cb, const std::uint8_t* codes, int len,
     }
     return;
   }
+#elif defined(OCTOPT_ISA_NEON)
+  if (cb.size == 16) return decode16_neon(cb, codes, len, a, out);
 #elif defined(OCTOPT_ISA_AVX2)
   const __m256 va = _mm256_set1_ps(a);
   for (; i + 8 <= len; i += 8) {
@@ -562,6 +588,8 @@ inline void pack4(const std::uint8_t* codes, int len, std::uint8_t* out) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k),
                         _mm512_cvtepi16_epi8(_mm512_or_si512(w, _mm512_srli_epi16(w, 4))));
   }
+#elif defined(OCTOPT_ISA_NEON)
+  k = pack4_neon(codes, len, out);
 #endif
   for (; k < len / 2; ++k) out[k] = std::uint8_t(codes[2 * k] | (codes[2 * k + 1] << 4));
   if (len & 1) out[len / 2] = codes[len - 1];
@@ -576,6 +604,8 @@ inline void unpack4(const std::uint8_t* packed, int len, std::uint8_t* codes) {
     _mm512_storeu_si512(codes + 2 * k, _mm512_ternarylogic_epi32(b, _mm512_slli_epi16(b, 4), _mm512_set1_epi16(0x0f0f),
                                                                  0xa8));  // (a | b) & c
   }
+#elif defined(OCTOPT_ISA_NEON)
+  k = unpack4_neon(packed, len, codes);
 #endif
   for (; k < len / 2; ++k) {
     codes[2 * k] = packed[k] & 0x0f;

@@ -35,8 +35,9 @@ const Kernels& kernels_baseline();
 const Kernels& kernels_avx2();        // only on x86-64 builds
 const Kernels& kernels_avx512();      // only on x86-64 builds
 const Kernels& kernels_avx512vbmi();  // only on x86-64 builds: kernels_avx512 with VBMI decoding
+const Kernels& kernels_neon();        // only on aarch64 builds
 
-// The variant in use: OCTOPT_ISA=baseline|avx2|avx512|avx512vbmi when set (and supported), else the best
+// The variant in use: OCTOPT_ISA=baseline|avx2|avx512|avx512vbmi|neon when set (and supported), else the best
 // the CPU supports. Throws std::invalid_argument for a forced variant the CPU cannot run.
 const Kernels& active();
 // Forces a variant by name ("" = the start-up choice: OCTOPT_ISA when set, else automatic); used by

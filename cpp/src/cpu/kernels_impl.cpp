@@ -35,10 +35,16 @@
 #define OCTOPT_KERNELS_FN kernels_avx2
 #define OCTOPT_ISA_NAME "avx2"
 #pragma GCC target("avx2,fma,f16c,bmi,bmi2,popcnt")
+#elif defined(OCTOPT_ISA_NEON)
+#define OCTOPT_ISA_NS isa_neon
+#define OCTOPT_KERNELS_FN kernels_neon
+#define OCTOPT_ISA_NAME "neon"
+#define OCTOPT_ISA_PORTABLE 1  // what has no NEON form (encode_neon.hpp) is the portable code, vectorized for NEON
 #else
 #define OCTOPT_ISA_NS isa_baseline
 #define OCTOPT_KERNELS_FN kernels_baseline
 #define OCTOPT_ISA_NAME "baseline"
+#define OCTOPT_ISA_PORTABLE 1  // plain C++ for the vectorizer: encode_portable.hpp, adam_blocks_portable.hpp
 #endif
 
 #include "encode.hpp"
@@ -141,6 +147,9 @@ inline void decode_codes(const Codebook& cb, const Levels& L, const std::uint8_t
                          bool vbmi) {
 #if defined(OCTOPT_ISA_AVX512)
   if (vbmi && cb.size == 256) return decode256_vbmi(L, codes, len, a, out);
+#elif defined(OCTOPT_ISA_NEON)
+  (void)vbmi;
+  if (cb.size == 256) return decode256_neon(cb, L.planes, codes, len, a, out);
 #else
   (void)L, (void)vbmi;
 #endif
@@ -153,6 +162,8 @@ void encode_codes(const Codebook& cb, const Levels& L, const float* v, int len, 
   if (!stochastic && !clip) return encode_block(cb, L, v, len, scale, out);
 #if defined(OCTOPT_ISA_AVX512)
   if (stochastic && !clip && L.simd) return encode_block_stochastic(cb, L, v, len, scale, key, i0, out);
+#elif defined(OCTOPT_ISA_PORTABLE)
+  if (stochastic && !clip && cb.size == 16) return encode_block16_stochastic_portable(cb, v, len, scale, key, i0, out);
 #endif
   for (int i = 0; i < len; ++i) out[i] = std::uint8_t(encode_value(cb, v[i], scale, clip, stochastic, key, i0 + i));
 }
@@ -326,6 +337,7 @@ inline void prefetch_ahead(const StepTensor& slot, std::int64_t b, std::int64_t 
 }
 
 #include "adam_blocks.hpp"
+#include "adam_blocks_portable.hpp"
 
 template <OptimKind K, DType P, DType G>
 std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int64_t b0, std::int64_t b1,
@@ -341,6 +353,11 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
   if constexpr ((K == OptimKind::adam || K == OptimKind::adamw) && P == DType::f32 && G == DType::f32) {
     if (phase == OptimPhase::single && adam_fused_applies(cfg, slot))
       return adam_fused_blocks<K == OptimKind::adamw>(cfg, slot, levels, vbmi, b0, b1);
+  }
+#elif defined(OCTOPT_ISA_PORTABLE) || defined(OCTOPT_ISA_NEON)
+  if constexpr ((K == OptimKind::adam || K == OptimKind::adamw) && P == DType::f32 && G == DType::f32) {
+    if (phase == OptimPhase::single && adam_fused_applies_portable(cfg, slot))
+      return adam_fused_blocks_portable<K == OptimKind::adamw>(cfg, slot, levels, b0, b1);
   }
 #endif
   std::int64_t skipped = 0;

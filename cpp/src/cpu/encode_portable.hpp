@@ -1,0 +1,155 @@
+#pragma once
+// The encoders of the portable kernels (the baseline build, and the parts of the NEON build that have no
+// NEON-specific form): the closed form (closed_form.hpp) and the 16-entry maps in plain C++, written for the
+// compiler's vectorizer (GCC and Clang, -O3): fixed-width loops over small arrays of lanes, stage by stage,
+// selects instead of branches, and the rare lanes the formula cannot settle handed to the exact search out
+// of line. No intrinsics: what the target cannot vectorize (the table lookups on SSE2) stays scalar.
+// Included by encode.hpp inside its ISA namespace (its headers come first, there).
+constexpr int kPortableLanes = 16;
+
+// Whether fmaf is one instruction here (aarch64, x86 with -mfma): then x = fma(|r|, A, B) is computed
+// exactly as the tables were built and the closed form's margin is the tables' width. Without it (the
+// x86-64 baseline: SSE2) x = |r| * A + B in two roundings, which differs from the fused result by less
+// than 2^-12 (|r| * A and x stay below 2^11 where the formula decides: each rounding is then within
+// 2^-13); the lanes within kNoFmaMargin of an integer go to the search, so the formula still decides only
+// where its fused value would have decided the same code.
+#if defined(__FP_FAST_FMAF) || defined(__aarch64__)
+constexpr bool kFusedMultiplyAdd = true;
+#else
+constexpr bool kFusedMultiplyAdd = false;
+#endif
+constexpr float kNoFmaMargin = 4.8828125e-4f;  // 2^-11
+constexpr float kNoFmaLimit = 2048.0f;         // |r| * A and x beyond it go to the search
+
+inline std::uint32_t f32_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// The closed form on kPortableLanes values r (|r| < 2): the codes, per lane whether it is unsure (its code
+// must come from the search), and whether any is. Stage by stage over the lanes, each stage a loop the
+// vectorizer takes.
+inline bool closed_form_lanes(const ClosedForm& cf, const float* __restrict r, std::int32_t* __restrict code,
+                              std::int32_t* __restrict unsure_lane) {
+  constexpr int N = kPortableLanes;
+  float a[N], x[N], d[N];
+  std::int32_t bin[N], run[N];
+  for (int l = 0; l < N; ++l) {
+    a[l] = __builtin_fabsf(r[l]);
+    // the biased exponent / 2 less kBinBias / 2, in [0, kBins - 1] (NaN: the top bin; the lane is unsure anyway)
+    std::int32_t h = std::int32_t(f32_bits(a[l]) >> 24) - kBinBias / 2;
+    h = h < 0 ? 0 : h;
+    h = h > kBins - 1 ? kBins - 1 : h;
+    bin[l] = h + (r[l] <= 0.0f ? kBins : 0);
+  }
+  for (int l = 0; l < N; ++l) run[l] = cf.run[bin[l]] + (a[l] >= cf.up[bin[l]] ? 1 : 0);
+  if constexpr (kFusedMultiplyAdd) {
+    for (int l = 0; l < N; ++l) x[l] = __builtin_fmaf(a[l], cf.A[run[l]], cf.B[run[l]]);
+  } else {
+    for (int l = 0; l < N; ++l) {
+      const float p = a[l] * cf.A[run[l]];
+      x[l] = p + cf.B[run[l]];
+      // beyond the limit (and NaN) the margin argument does not hold: the search decides
+      x[l] = (p < kNoFmaLimit && p > -kNoFmaLimit) ? x[l] : -1.0f;
+    }
+  }
+  std::int32_t unsure = 0;
+  const float lo_margin = kFusedMultiplyAdd ? cf.width : cf.width + kNoFmaMargin;
+  const float hi_margin = kFusedMultiplyAdd ? 1.0f : 1.0f - kNoFmaMargin;
+  for (int l = 0; l < N; ++l) {
+    // x in [0, kNoFmaLimit): its integer part and fraction; outside (or NaN) d = 0, i.e. unsure
+    float xc = x[l] >= 0.0f ? x[l] : 0.0f;
+    xc = xc < kNoFmaLimit ? xc : 0.0f;
+    const std::int32_t k = std::int32_t(xc);
+    d[l] = xc - float(k);
+    std::int32_t c = k > cf.lo[run[l]] ? k : cf.lo[run[l]];
+    code[l] = c < cf.hi[run[l]] ? c : cf.hi[run[l]];
+    unsure_lane[l] = (d[l] >= lo_margin && d[l] < hi_margin) ? 0 : 1;
+    unsure |= unsure_lane[l];
+  }
+  return unsure != 0;
+}
+
+// The lanes of one group whose closed form is unsure get the exact search (rare; out of line so that the
+// main loop stays small).
+__attribute__((noinline)) inline void closed_form_settle_portable(const Codebook& cb, const float* r,
+                                                                  const std::int32_t* unsure_lane, std::int32_t* code) {
+  for (int l = 0; l < kPortableLanes; ++l)
+    if (unsure_lane[l]) code[l] = nearest_code(cb, r[l]);
+}
+
+// Nearest codes of a block of a 256-entry map with closed-form tables; |v[i]| <= scale.
+inline void encode_block_closed_form_portable(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
+                                              std::uint8_t* codes) {
+  constexpr int N = kPortableLanes;
+  const ClosedForm& cf = L.cf;
+  float r[N];
+  std::int32_t c[N], unsure[N];
+  int i = 0;
+  for (; i + N <= len; i += N) {
+    for (int l = 0; l < N; ++l) r[l] = v[i + l] / scale;
+    if (__builtin_expect(closed_form_lanes(cf, r, c, unsure), 0)) closed_form_settle_portable(cb, r, unsure, c);
+    for (int l = 0; l < N; ++l) codes[i + l] = std::uint8_t(c[l]);
+  }
+  if (i < len) {
+    for (int l = 0; l < N; ++l) r[l] = i + l < len ? v[i + l] / scale : 0.0f;
+    if (closed_form_lanes(cf, r, c, unsure)) closed_form_settle_portable(cb, r, unsure, c);
+    for (int l = 0; i + l < len; ++l) codes[i + l] = std::uint8_t(c[l]);
+  }
+}
+
+// keep_sign on lanes (numerics/codebook.hpp), as selects.
+inline std::int32_t keep_sign_lane(const Codebook& cb, float r, std::int32_t c, float value_c) {
+  c = (r > 0.0f && value_c < 0.0f && cb.first_nonneg < cb.size) ? cb.first_nonneg : c;
+  c = (r < 0.0f && value_c > 0.0f && cb.last_nonpos >= 0) ? cb.last_nonpos : c;
+  return (cb.nonzero_floor >= 0 && r > 0.0f && c >= cb.zero_lo && c <= cb.zero_hi) ? cb.nonzero_floor : c;
+}
+
+// Nearest codes of a block of a 16-entry map: the number of thresholds <= r (the binary search's answer:
+// the thresholds are non-decreasing) by 15 compares per lane, then the sign rule and the zero floor.
+inline void encode_block16_portable(const Codebook& cb, const float* v, int len, float scale, std::uint8_t* codes) {
+  constexpr int N = kPortableLanes;
+  float t[15], vals[16];
+  for (int k = 0; k < 15; ++k) t[k] = cb.thresholds[k];
+  for (int k = 0; k < 16; ++k) vals[k] = cb.values[k];
+  for (int i = 0; i < len; i += N) {
+    const int n = len - i < N ? len - i : N;
+    float r[N];
+    std::int32_t c[N];
+    for (int l = 0; l < N; ++l) r[l] = l < n ? v[i + l] / scale : 0.0f;
+    for (int l = 0; l < N; ++l) {
+      std::int32_t cnt = 0;
+      for (int k = 0; k < 15; ++k) cnt += t[k] <= r[l] ? 1 : 0;
+      c[l] = cnt;
+    }
+    for (int l = 0; l < N; ++l) c[l] = keep_sign_lane(cb, r[l], c[l], vals[c[l]]);
+    for (int l = 0; l < n; ++l) codes[i + l] = std::uint8_t(c[l]);
+  }
+}
+
+// Stochastic codes of a block of a 16-entry map, as stochastic_code: the number of values <= r by 16
+// compares, the bracketing pair, and the draw uniform01(key, i0 + i).
+inline void encode_block16_stochastic_portable(const Codebook& cb, const float* v, int len, float scale,
+                                               std::uint64_t key, std::int64_t i0, std::uint8_t* codes) {
+  constexpr int N = kPortableLanes;
+  float vals[16];
+  for (int k = 0; k < 16; ++k) vals[k] = cb.values[k];
+  for (int i = 0; i < len; i += N) {
+    const int n = len - i < N ? len - i : N;
+    float r[N], u[N];
+    std::int32_t c[N];
+    for (int l = 0; l < N; ++l) r[l] = l < n ? v[i + l] / scale : 0.0f;
+    for (int l = 0; l < N; ++l) u[l] = uniform01(key, std::uint64_t(i0 + i + l));
+    for (int l = 0; l < N; ++l) {
+      std::int32_t cnt = 0;
+      for (int k = 0; k < 16; ++k) cnt += vals[k] <= r[l] ? 1 : 0;
+      const std::int32_t lo = cnt > 0 ? cnt - 1 : 0, hi = cnt < 15 ? cnt : 15;
+      // at cnt 0 and 16 lo == hi: the one code there, whatever p is
+      const float p = (r[l] - vals[lo]) / (vals[hi] - vals[lo]);
+      c[l] = u[l] < p ? hi : lo;
+    }
+    for (int l = 0; l < N; ++l) c[l] = keep_sign_lane(cb, r[l], c[l], vals[c[l]]);
+    for (int l = 0; l < n; ++l) codes[i + l] = std::uint8_t(c[l]);
+  }
+}
