@@ -1,7 +1,9 @@
 #pragma once
 // The NEON forms of the encoder and decoder (aarch64): the closed form (closed_form.hpp) with its 32-entry
-// tables looked up by `tbl` on byte planes, the decode of 256- and 16-entry maps by byte-plane `tbl`/`tbx`,
-// and the 4-bit unpacking. The design is the AVX-512 path's; the bits are every path's.
+// tables looked up by `tbl` on byte planes, the decode of 16-entry maps by one `tbl`, and the 4-bit packing.
+// The design is the AVX-512 path's; the bits are every path's. 256-entry maps decode by the scalar loop
+// (decode_block): llvm-mca puts byte-plane tbl/tbx lookups of the 256-byte planes at 3.4x its cost on
+// Neoverse V1 (bench/mca/neon_loops.cpp keeps that variant; bench/README.md has the numbers).
 //
 // Byte planes: a table of 32-bit entries T[j] is kept as four byte tables P_k[j] = byte k of T[j]; one
 // `tbl` looks up 16 lanes' byte k at once (vqtbl2q_u8: 32 entries, vqtbl4q_u8 + vqtbx4q_u8: 64 at a time), and
@@ -133,39 +135,6 @@ inline void encode_block_closed_form_neon(const Codebook& cb, const ClosedFormPl
     }
     if (__builtin_expect(vmaxvq_u8(unsure) != 0, 0)) closed_form_settle_neon(cb, src, n, scale, unsure, codes + i);
   }
-}
-
-// 16 bytes of a 256-entry byte table (four groups of 64 entries) at 16 codes: tbl for codes < 64, then tbx
-// for each further group (an index out of its group's range leaves the byte as it is).
-inline uint8x16_t lookup256(const uint8x16x4_t* T, uint8x16_t c) {
-  const uint8x16_t s64 = vdupq_n_u8(64);
-  uint8x16_t b = vqtbl4q_u8(T[0], c);
-  c = vsubq_u8(c, s64);
-  b = vqtbx4q_u8(b, T[1], c);
-  c = vsubq_u8(c, s64);
-  b = vqtbx4q_u8(b, T[2], c);
-  c = vsubq_u8(c, s64);
-  return vqtbx4q_u8(b, T[3], c);
-}
-
-// values[codes[i]] * a for a block of codes of a 256-entry map, by byte-plane lookups (Levels::planes).
-inline void decode256_neon(const Codebook& cb, const std::uint8_t (*planes)[256], const std::uint8_t* codes, int len,
-                           float a, float* out) {
-  const float32x4_t va = vdupq_n_f32(a);
-  int i = 0;
-  for (; i + 16 <= len; i += 16) {
-    const uint8x16_t c = vld1q_u8(codes + i);
-    uint8x16_t b[4];
-    for (int k = 0; k < 4; ++k) {
-      const uint8x16x4_t T[4] = {vld1q_u8_x4(planes[k]), vld1q_u8_x4(planes[k] + 64), vld1q_u8_x4(planes[k] + 128),
-                                 vld1q_u8_x4(planes[k] + 192)};
-      b[k] = lookup256(T, c);
-    }
-    float32x4_t f[4];
-    interleave_planes(b[0], b[1], b[2], b[3], f);
-    for (int q = 0; q < 4; ++q) vst1q_f32(out + i + 4 * q, vmulq_f32(f[q], va));
-  }
-  for (; i < len; ++i) out[i] = decode_value(cb, codes[i], a);
 }
 
 // values[codes[i]] * a for 16-entry maps: the 64 bytes of the map are one `tbl` table; lane j of output

@@ -44,30 +44,36 @@ inline bool closed_form_lanes(const ClosedForm& cf, const float* __restrict r, s
     bin[l] = h + (r[l] <= 0.0f ? kBins : 0);
   }
   for (int l = 0; l < N; ++l) run[l] = cf.run[bin[l]] + (a[l] >= cf.up[bin[l]] ? 1 : 0);
+  float prod[N];  // |r| * A without a fused multiply-add (its size bounds the rounding error)
   if constexpr (kFusedMultiplyAdd) {
     for (int l = 0; l < N; ++l) x[l] = __builtin_fmaf(a[l], cf.A[run[l]], cf.B[run[l]]);
+    for (int l = 0; l < N; ++l) prod[l] = 0.0f;
   } else {
     for (int l = 0; l < N; ++l) {
-      const float p = a[l] * cf.A[run[l]];
-      x[l] = p + cf.B[run[l]];
-      // beyond the limit (and NaN) the margin argument does not hold: the search decides
-      x[l] = (p < kNoFmaLimit && p > -kNoFmaLimit) ? x[l] : -1.0f;
+      prod[l] = a[l] * cf.A[run[l]];
+      x[l] = prod[l] + cf.B[run[l]];
     }
   }
-  std::int32_t unsure = 0;
   const float lo_margin = kFusedMultiplyAdd ? cf.width : cf.width + kNoFmaMargin;
   const float hi_margin = kFusedMultiplyAdd ? 1.0f : 1.0f - kNoFmaMargin;
+  std::int32_t k[N];
   for (int l = 0; l < N; ++l) {
-    // x in [0, kNoFmaLimit): its integer part and fraction; outside (or NaN) d = 0, i.e. unsure
-    float xc = x[l] >= 0.0f ? x[l] : 0.0f;
-    xc = xc < kNoFmaLimit ? xc : 0.0f;
-    const std::int32_t k = std::int32_t(xc);
-    d[l] = xc - float(k);
-    std::int32_t c = k > cf.lo[run[l]] ? k : cf.lo[run[l]];
-    code[l] = c < cf.hi[run[l]] ? c : cf.hi[run[l]];
-    unsure_lane[l] = (d[l] >= lo_margin && d[l] < hi_margin) ? 0 : 1;
-    unsure |= unsure_lane[l];
+    // x in [0, kNoFmaLimit): its integer part and fraction; outside (or NaN), or |r| * A beyond the limit
+    // where the margin argument ends, d = 0, i.e. unsure. No table lookups in this loop, so that it
+    // vectorizes (selects as masks, not branches).
+    const std::int32_t in = std::int32_t(x[l] >= 0.0f) & std::int32_t(x[l] < kNoFmaLimit) &
+                            std::int32_t(prod[l] < kNoFmaLimit) & std::int32_t(prod[l] > -kNoFmaLimit);
+    const float xc = in ? x[l] : 0.0f;
+    k[l] = std::int32_t(xc);
+    d[l] = xc - float(k[l]);
+    unsure_lane[l] = std::int32_t(d[l] >= lo_margin) & std::int32_t(d[l] < hi_margin) ? 0 : 1;
   }
+  for (int l = 0; l < N; ++l) {
+    const std::int32_t c = k[l] > cf.lo[run[l]] ? k[l] : cf.lo[run[l]];
+    code[l] = c < cf.hi[run[l]] ? c : cf.hi[run[l]];
+  }
+  std::int32_t unsure = 0;
+  for (int l = 0; l < N; ++l) unsure |= unsure_lane[l];
   return unsure != 0;
 }
 
@@ -99,11 +105,17 @@ inline void encode_block_closed_form_portable(const Codebook& cb, const Levels& 
   }
 }
 
-// keep_sign on lanes (numerics/codebook.hpp), as selects.
+// keep_sign on lanes (numerics/codebook.hpp), as selects: the conditions are combined with & (no
+// short-circuit), so that the compiler emits masks or conditional moves, not branches.
 inline std::int32_t keep_sign_lane(const Codebook& cb, float r, std::int32_t c, float value_c) {
-  c = (r > 0.0f && value_c < 0.0f && cb.first_nonneg < cb.size) ? cb.first_nonneg : c;
-  c = (r < 0.0f && value_c > 0.0f && cb.last_nonpos >= 0) ? cb.last_nonpos : c;
-  return (cb.nonzero_floor >= 0 && r > 0.0f && c >= cb.zero_lo && c <= cb.zero_hi) ? cb.nonzero_floor : c;
+  const std::int32_t pos = std::int32_t(r > 0.0f), neg = std::int32_t(r < 0.0f);
+  const std::int32_t up = pos & std::int32_t(value_c < 0.0f) & std::int32_t(cb.first_nonneg < cb.size);
+  const std::int32_t down = neg & std::int32_t(value_c > 0.0f) & std::int32_t(cb.last_nonpos >= 0);
+  c = up ? cb.first_nonneg : c;
+  c = down ? cb.last_nonpos : c;
+  const std::int32_t floor =
+      pos & std::int32_t(cb.nonzero_floor >= 0) & std::int32_t(c >= cb.zero_lo) & std::int32_t(c <= cb.zero_hi);
+  return floor ? cb.nonzero_floor : c;
 }
 
 // Nearest codes of a block of a 16-entry map: the number of thresholds <= r (the binary search's answer:
@@ -118,11 +130,10 @@ inline void encode_block16_portable(const Codebook& cb, const float* v, int len,
     float r[N];
     std::int32_t c[N];
     for (int l = 0; l < N; ++l) r[l] = l < n ? v[i + l] / scale : 0.0f;
-    for (int l = 0; l < N; ++l) {
-      std::int32_t cnt = 0;
-      for (int k = 0; k < 15; ++k) cnt += t[k] <= r[l] ? 1 : 0;
-      c[l] = cnt;
-    }
+    // lanes innermost: each threshold is one compare across the 16 lanes
+    for (int l = 0; l < N; ++l) c[l] = 0;
+    for (int k = 0; k < 15; ++k)
+      for (int l = 0; l < N; ++l) c[l] += t[k] <= r[l] ? 1 : 0;
     for (int l = 0; l < N; ++l) c[l] = keep_sign_lane(cb, r[l], c[l], vals[c[l]]);
     for (int l = 0; l < n; ++l) codes[i + l] = std::uint8_t(c[l]);
   }
@@ -141,10 +152,12 @@ inline void encode_block16_stochastic_portable(const Codebook& cb, const float* 
     std::int32_t c[N];
     for (int l = 0; l < N; ++l) r[l] = l < n ? v[i + l] / scale : 0.0f;
     for (int l = 0; l < N; ++l) u[l] = uniform01(key, std::uint64_t(i0 + i + l));
+    std::int32_t cnt[N];
+    for (int l = 0; l < N; ++l) cnt[l] = 0;
+    for (int k = 0; k < 16; ++k)
+      for (int l = 0; l < N; ++l) cnt[l] += vals[k] <= r[l] ? 1 : 0;
     for (int l = 0; l < N; ++l) {
-      std::int32_t cnt = 0;
-      for (int k = 0; k < 16; ++k) cnt += vals[k] <= r[l] ? 1 : 0;
-      const std::int32_t lo = cnt > 0 ? cnt - 1 : 0, hi = cnt < 15 ? cnt : 15;
+      const std::int32_t lo = cnt[l] > 0 ? cnt[l] - 1 : 0, hi = cnt[l] < 15 ? cnt[l] : 15;
       // at cnt 0 and 16 lo == hi: the one code there, whatever p is
       const float p = (r[l] - vals[lo]) / (vals[hi] - vals[lo]);
       c[l] = u[l] < p ? hi : lo;

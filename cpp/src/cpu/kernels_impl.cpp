@@ -147,9 +147,6 @@ inline void decode_codes(const Codebook& cb, const Levels& L, const std::uint8_t
                          bool vbmi) {
 #if defined(OCTOPT_ISA_AVX512)
   if (vbmi && cb.size == 256) return decode256_vbmi(L, codes, len, a, out);
-#elif defined(OCTOPT_ISA_NEON)
-  (void)vbmi;
-  if (cb.size == 256) return decode256_neon(cb, L.planes, codes, len, a, out);
 #else
   (void)L, (void)vbmi;
 #endif
