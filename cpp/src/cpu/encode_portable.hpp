@@ -56,17 +56,20 @@ inline bool closed_form_lanes(const ClosedForm& cf, const float* __restrict r, s
   }
   const float lo_margin = kFusedMultiplyAdd ? cf.width : cf.width + kNoFmaMargin;
   const float hi_margin = kFusedMultiplyAdd ? 1.0f : 1.0f - kNoFmaMargin;
+  const std::uint32_t limit = f32_bits(kNoFmaLimit), abs = 0x7fffffffu;
+  const std::uint32_t lo_bits = f32_bits(lo_margin), hi_bits = f32_bits(hi_margin);
   std::int32_t k[N];
   for (int l = 0; l < N; ++l) {
-    // x in [0, kNoFmaLimit): its integer part and fraction; outside (or NaN), or |r| * A beyond the limit
-    // where the margin argument ends, d = 0, i.e. unsure. No table lookups in this loop, so that it
-    // vectorizes (selects as masks, not branches).
-    const std::int32_t in = std::int32_t(x[l] >= 0.0f) & std::int32_t(x[l] < kNoFmaLimit) &
-                            std::int32_t(prod[l] < kNoFmaLimit) & std::int32_t(prod[l] > -kNoFmaLimit);
-    const float xc = in ? x[l] : 0.0f;
+    // x in [+0, kNoFmaLimit): its integer part and fraction; outside (or NaN), or |r| * A beyond the limit
+    // where the margin argument ends, d = 0, i.e. unsure. No table lookups in this loop, and the compares
+    // on bit patterns (non-negative floats order as their patterns; NaN patterns lie above the limit's):
+    // GCC keeps float compares as branches here (they may trap), integer ones it vectorizes.
+    const std::uint32_t in = std::uint32_t(f32_bits(x[l]) < limit) & std::uint32_t((f32_bits(prod[l]) & abs) < limit);
+    const float xc = bits_f32(f32_bits(x[l]) & (0u - in));  // x, or +0 outside
     k[l] = std::int32_t(xc);
-    d[l] = xc - float(k[l]);
-    unsure_lane[l] = std::int32_t(d[l] >= lo_margin) & std::int32_t(d[l] < hi_margin) ? 0 : 1;
+    d[l] = xc - float(k[l]);  // in [0, 1)
+    const std::uint32_t du = f32_bits(d[l]);
+    unsure_lane[l] = 1 - (std::int32_t(du >= lo_bits) & std::int32_t(du < hi_bits));
   }
   for (int l = 0; l < N; ++l) {
     const std::int32_t c = k[l] > cf.lo[run[l]] ? k[l] : cf.lo[run[l]];
@@ -106,11 +109,13 @@ inline void encode_block_closed_form_portable(const Codebook& cb, const Levels& 
 }
 
 // keep_sign on lanes (numerics/codebook.hpp), as selects: the conditions are combined with & (no
-// short-circuit), so that the compiler emits masks or conditional moves, not branches.
-inline std::int32_t keep_sign_lane(const Codebook& cb, float r, std::int32_t c, float value_c) {
+// short-circuit) and the sign of values[c] comes from c itself (the values are non-decreasing: values[c] < 0
+// iff c < first_nonneg, values[c] > 0 iff c >= first_pos, the number of values <= 0), so that the loop
+// vectorizes.
+inline std::int32_t keep_sign_lane(const Codebook& cb, std::int32_t first_pos, float r, std::int32_t c) {
   const std::int32_t pos = std::int32_t(r > 0.0f), neg = std::int32_t(r < 0.0f);
-  const std::int32_t up = pos & std::int32_t(value_c < 0.0f) & std::int32_t(cb.first_nonneg < cb.size);
-  const std::int32_t down = neg & std::int32_t(value_c > 0.0f) & std::int32_t(cb.last_nonpos >= 0);
+  const std::int32_t up = pos & std::int32_t(c < cb.first_nonneg) & std::int32_t(cb.first_nonneg < cb.size);
+  const std::int32_t down = neg & std::int32_t(c >= first_pos) & std::int32_t(cb.last_nonpos >= 0);
   c = up ? cb.first_nonneg : c;
   c = down ? cb.last_nonpos : c;
   const std::int32_t floor =
@@ -118,13 +123,20 @@ inline std::int32_t keep_sign_lane(const Codebook& cb, float r, std::int32_t c, 
   return floor ? cb.nonzero_floor : c;
 }
 
+// The number of values <= 0 of a 16-entry map (keep_sign_lane's first_pos).
+inline std::int32_t first_positive16(const Codebook& cb) {
+  std::int32_t n = 0;
+  for (int k = 0; k < 16; ++k) n += cb.values[k] <= 0.0f ? 1 : 0;
+  return n;
+}
+
 // Nearest codes of a block of a 16-entry map: the number of thresholds <= r (the binary search's answer:
 // the thresholds are non-decreasing) by 15 compares per lane, then the sign rule and the zero floor.
 inline void encode_block16_portable(const Codebook& cb, const float* v, int len, float scale, std::uint8_t* codes) {
   constexpr int N = kPortableLanes;
-  float t[15], vals[16];
+  float t[15];
   for (int k = 0; k < 15; ++k) t[k] = cb.thresholds[k];
-  for (int k = 0; k < 16; ++k) vals[k] = cb.values[k];
+  const std::int32_t first_pos = first_positive16(cb);
   for (int i = 0; i < len; i += N) {
     const int n = len - i < N ? len - i : N;
     float r[N];
@@ -134,7 +146,7 @@ inline void encode_block16_portable(const Codebook& cb, const float* v, int len,
     for (int l = 0; l < N; ++l) c[l] = 0;
     for (int k = 0; k < 15; ++k)
       for (int l = 0; l < N; ++l) c[l] += t[k] <= r[l] ? 1 : 0;
-    for (int l = 0; l < N; ++l) c[l] = keep_sign_lane(cb, r[l], c[l], vals[c[l]]);
+    for (int l = 0; l < N; ++l) c[l] = keep_sign_lane(cb, first_pos, r[l], c[l]);
     for (int l = 0; l < n; ++l) codes[i + l] = std::uint8_t(c[l]);
   }
 }
@@ -146,6 +158,7 @@ inline void encode_block16_stochastic_portable(const Codebook& cb, const float* 
   constexpr int N = kPortableLanes;
   float vals[16];
   for (int k = 0; k < 16; ++k) vals[k] = cb.values[k];
+  const std::int32_t first_pos = first_positive16(cb);
   for (int i = 0; i < len; i += N) {
     const int n = len - i < N ? len - i : N;
     float r[N], u[N];
@@ -162,7 +175,7 @@ inline void encode_block16_stochastic_portable(const Codebook& cb, const float* 
       const float p = (r[l] - vals[lo]) / (vals[hi] - vals[lo]);
       c[l] = u[l] < p ? hi : lo;
     }
-    for (int l = 0; l < N; ++l) c[l] = keep_sign_lane(cb, r[l], c[l], vals[c[l]]);
+    for (int l = 0; l < N; ++l) c[l] = keep_sign_lane(cb, first_pos, r[l], c[l]);
     for (int l = 0; l < n; ++l) codes[i + l] = std::uint8_t(c[l]);
   }
 }
