@@ -1,8 +1,8 @@
 // llvm-mca drivers of the AVX2 kernels, the counterpart of neon_loops.cpp (bench/README.md, "ARM estimate"):
 // the AVX2 object of the library (kernels_impl.cpp with OCTOPT_ISA_AVX2), each kernel called on one group
 // between LLVM-MCA markers. Not part of the build; bench/mca/run.sh compiles it with clang -mavx2 -mfma.
-// The closed-form encoder (closed_form8, cpu/encode_avx2.hpp) is the AVX2 branch's (w20x86, commit 3340d5a):
-// run.sh takes that checkout's cpp/ as its argument.
+// The closed-form encoder (closed_form8, cpu/encode_avx2.hpp) and the fused Adam loop (adam_blocks_avx2.hpp) are
+// the AVX2 branch's (w20x86, commit 2cf4624): run.sh takes that checkout's cpp/ as its argument.
 #define OCTOPT_ISA_AVX2 1
 #define OCTOPT_X86_KERNELS 1
 #include "cpu/kernels_impl.cpp"  // NOLINT: the kernels themselves, as the library compiles them
@@ -33,10 +33,12 @@ extern "C" [[gnu::flatten]] void mca_decode_avx2(const Codebook& cb, const std::
   __asm__ volatile("# LLVM-MCA-END decode256_16");
 }
 
-// The Adam update of 16 elements: the generic block loop's (update_element, vectorized by the compiler).
-extern "C" [[gnu::flatten]] void mca_adam_avx2(const SlotScalars& h, const float* g, float* p, float* m, float* v) {
+// The fused Adam update of 16 elements (adam_update_block8, cpu/adam_blocks_avx2.hpp: moments, parameter,
+// absmax bits), as the NEON driver's.
+extern "C" [[gnu::flatten]] void mca_adam_avx2(const SlotScalars& h, const float* g, float* p, float* m, float* v,
+                                               std::uint32_t* amax) {
   __asm__ volatile("# LLVM-MCA-BEGIN adam_update_16");
-  update_loop<OptimKind::adam>(h, 16, p, g, m, v, v);
+  adam_update_block8<false, true>(h, g, p, m, v, 16, amax[0], amax[1]);
   __asm__ volatile("# LLVM-MCA-END adam_update_16");
 }
 
