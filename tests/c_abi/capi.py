@@ -8,9 +8,11 @@ own (test_bad_input.py), without importing octopt.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -347,9 +349,22 @@ def case_group_set_bad_group(lib):
     return _result(lib, lib.octopt_group_set(h, 5, b"lr", 0.1), h)
 
 
+@contextlib.contextmanager
+def case_dir():
+    """A fresh folder of a fixed name (removed afterwards): the file cases' messages name their paths,
+    and the Python side of a case (test_bad_input.py) uses the same folder."""
+    path = os.path.join(tempfile.gettempdir(), "octopt-c-abi-bad-input")
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _file_case(lib, content: bytes | None, make_dir: bool = False):
     h, p = _with_param(lib)
-    with tempfile.TemporaryDirectory() as tmp:
+    with case_dir() as tmp:
         path = os.path.join(tmp, "state.safetensors")
         if make_dir:
             os.mkdir(path)
@@ -378,7 +393,7 @@ def case_load_garbage(lib):
 def case_load_corrupt(lib):
     """A file this optimizer saved, with one byte of its data flipped."""
     h, p = _with_param(lib)
-    with tempfile.TemporaryDirectory() as tmp:
+    with case_dir() as tmp:
         path = os.path.join(tmp, "state.safetensors")
         assert lib.octopt_save(h, path.encode()) == OK, last_error(lib)
         data = bytearray(open(path, "rb").read())
@@ -449,7 +464,9 @@ def case_map_out_short(lib):
     return _result(lib, lib.octopt_dynamic_map(1, 8, C.addressof(out), 16))
 
 
-CASES: dict[str, Callable] = {k[len("case_") :]: v for k, v in dict(globals()).items() if k.startswith("case_")}
+CASES: dict[str, Callable] = {
+    k[len("case_") :]: v for k, v in dict(globals()).items() if k.startswith("case_") and k != "case_dir"
+}
 
 
 if __name__ == "__main__":

@@ -303,11 +303,10 @@ int octopt_step(octopt_optimizer* opt, const void* const* grads, const int* grad
       const octopt::DType pd = o.plan->tensor_dtype(i);
       if (!grads[i]) continue;
       const std::string arg = "grads[" + std::to_string(i) + "]";
-      const octopt::DType gd =
-          grad_dtypes ? dtype_code(grad_dtypes[i], "step", arg,
-                                   std::string("be float32 or the parameter's dtype (") + octopt::dtype_name(pd) + ")")
-                      : pd;
-      if (gd != pd && gd != octopt::DType::f32)
+      const int code = grad_dtypes ? grad_dtypes[i] : int(pd);
+      const auto gd = octopt::DType(code);
+      // Python's words for a gradient of another dtype (an unknown code is such a dtype)
+      if ((code != int(pd) && code != OCTOPT_FLOAT32) || (gd != pd && gd != octopt::DType::f32))
         throw TypeError("step: argument '" + arg + "' must be float32 or the parameter's dtype (" +
                         octopt::dtype_name(pd) + ")");
       const std::size_t numel = std::size_t(o.plan->tensor_numel(i));
