@@ -206,7 +206,7 @@ def _asan_runtime() -> str | None:
 @pytest.mark.build
 @pytest.mark.sanitize
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="preloads the ASan runtime (Linux only)")
-def test_bad_input_under_address_sanitizer(sanitizer_flags):
+def test_bad_input_under_address_sanitizer():
     """The library built with OCTOPT_SANITIZE=address,undefined under build/c-abi-asan (reused), every
     case run in a fresh interpreter with the ASan runtime preloaded: the same statuses and messages, and
     no sanitizer report."""
