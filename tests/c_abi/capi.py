@@ -402,6 +402,23 @@ def case_load_corrupt(lib):
         return _result(lib, lib.octopt_load(h, path.encode()), h)
 
 
+def case_slot_of_no_param(lib):
+    h = _opt(lib)
+    n = C.c_int()
+    return _result(lib, lib.octopt_param_slot_count(h, 0, C.byref(n)), h)
+
+
+def case_step_of_no_param(lib):
+    h = _opt(lib)
+    s = C.c_int64()
+    return _result(lib, lib.octopt_param_step(h, 2, C.byref(s)), h)
+
+
+def case_save_no_group(lib):
+    h = _opt(lib)
+    return _result(lib, lib.octopt_save(h, b"x.safetensors"), h)
+
+
 def case_save_null_path(lib):
     h, p = _with_param(lib)
     return _result(lib, lib.octopt_save(h, None), h)

@@ -128,6 +128,9 @@ C_ONLY = {
     ),
     "group_set_bad_group": ("value", "octopt_group_set: argument 'group' is 5 but there are 1 param group(s)"),
     "save_null_path": ("null", "save: argument 'path' is NULL"),
+    "save_no_group": ("state", "save: the optimizer has no param group yet"),
+    "slot_of_no_param": ("value", "octopt_param_slot_count: argument 'param' is 0 but there are 0 parameter(s)"),
+    "step_of_no_param": ("value", "octopt_param_step: argument 'param' is 2 but there are 0 parameter(s)"),
     "quantize_dtype_code": (
         "type",
         "quantize_blockwise: argument 'x' must have dtype float32 or float16 or bfloat16, got dtype code 5",

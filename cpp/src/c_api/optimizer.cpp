@@ -390,7 +390,8 @@ int octopt_param_step(octopt_optimizer* opt, size_t param, int64_t* step) {
   return guard([&] {
     octopt_optimizer& o = handle(opt, "octopt_param_step");
     require(step, "octopt_param_step", "step");
-    *step = o.plan->tensor_steps()[checked_param(o, param, "octopt_param_step")];
+    const std::size_t i = checked_param(o, param, "octopt_param_step");  // before o.plan is used: it may be null
+    *step = o.plan->tensor_steps()[i];
   });
 }
 
@@ -398,7 +399,8 @@ int octopt_param_slot_count(const octopt_optimizer* opt, size_t param, int* coun
   return guard([&] {
     const octopt_optimizer& o = handle(opt, "octopt_param_slot_count");
     require(count, "octopt_param_slot_count", "count");
-    *count = int(o.plan->tensor_state(checked_param(o, param, "octopt_param_slot_count")).size());
+    const std::size_t i = checked_param(o, param, "octopt_param_slot_count");
+    *count = int(o.plan->tensor_state(i).size());
   });
 }
 
@@ -407,7 +409,8 @@ int octopt_param_slot(const octopt_optimizer* opt, size_t param, int slot, const
   return guard([&] {
     constexpr const char* fn = "octopt_param_slot";
     const octopt_optimizer& o = handle(opt, fn);
-    const std::vector<octopt::StateBuffers> s = o.plan->tensor_state(checked_param(o, param, fn));
+    const std::size_t i = checked_param(o, param, fn);
+    const std::vector<octopt::StateBuffers> s = o.plan->tensor_state(i);
     if (slot < 0 || std::size_t(slot) >= s.size())
       throw std::out_of_range(std::string(fn) + ": argument 'slot' is " + std::to_string(slot) + " but parameter " +
                               std::to_string(param) + " has " + std::to_string(s.size()) + " state slot(s)");
