@@ -198,12 +198,24 @@ def test_bad_input_returns_the_python_message(clib, capi, name):
     assert check({name: capi.CASES[name](clib)}, {name: expected_one(name)}) == []
 
 
-def _asan_runtime() -> str | None:
-    cc = shutil.which("cc") or shutil.which("gcc")
+def _sanitizer_preload() -> str | None:
+    """libasan and libubsan (which brings libstdc++ early, so that ASan's __cxa_throw interceptor finds
+    the real one), as LD_PRELOAD for an uninstrumented interpreter."""
+    cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         return None
-    path = subprocess.run([cc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
-    return path if os.path.isabs(path) and os.path.exists(path) else None
+    libs = []
+    for name in ("libasan.so", "libubsan.so"):
+        path = subprocess.run([cc, f"-print-file-name={name}"], capture_output=True, text=True).stdout.strip()
+        if not os.path.isabs(path) or not os.path.exists(path):
+            return None
+        libs.append(path)
+    return " ".join(libs)
+
+
+# Control: in the same setup a use-after-free is reported, so a clean run means something.
+CONTROL = "import ctypes; libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p; p = libc.malloc(16); "
+CONTROL += "libc.free.argtypes = [ctypes.c_void_p]; libc.free(p); ctypes.string_at(p, 8)"
 
 
 @pytest.mark.build
@@ -213,9 +225,9 @@ def test_bad_input_under_address_sanitizer():
     """The library built with OCTOPT_SANITIZE=address,undefined under build/c-abi-asan (reused), every
     case run in a fresh interpreter with the ASan runtime preloaded: the same statuses and messages, and
     no sanitizer report."""
-    runtime = _asan_runtime()
-    if runtime is None:
-        pytest.skip("the compiler's libasan.so was not found")
+    preload = _sanitizer_preload()
+    if preload is None:
+        pytest.skip("gcc does not report the paths of libasan.so/libubsan.so to preload")
     cmake = shutil.which("cmake")
     build_dir = ROOT / "build" / "c-abi-asan"
     if not (build_dir / "CMakeCache.txt").exists():
@@ -231,8 +243,11 @@ def test_bad_input_under_address_sanitizer():
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
     lib = next(build_dir.glob("cpp/liboctopt_c.*"))
     # leak detection off: CPython does not free everything at exit (the core's leaks: tests/cpp/test_cpp.py)
-    env = dict(os.environ, LD_PRELOAD=runtime, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="halt_on_error=1")
+    env = dict(os.environ, LD_PRELOAD=preload, ASAN_OPTIONS="detect_leaks=0:halt_on_error=1")
+    env.update(UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1", PYTHONMALLOC="malloc")
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # NumPy for the cases' arrays
+    control = subprocess.run([sys.executable, "-c", CONTROL], capture_output=True, text=True, timeout=120, env=env)
+    assert control.returncode != 0 and "heap-use-after-free" in control.stderr, control.stderr[-5000:]
     proc = subprocess.run(
         [sys.executable, str(HERE / "capi.py"), str(lib)], capture_output=True, text=True, timeout=600, env=env
     )
