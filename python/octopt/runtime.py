@@ -42,10 +42,12 @@ def c_library() -> str:
 
     name = {"win32": "octopt_c.dll", "darwin": "liboctopt_c.dylib"}.get(sys.platform, "liboctopt_c.so")
     here = os.path.dirname(__file__)
-    for folder in ("lib", "bin"):
-        path = os.path.join(here, folder, name)
-        if os.path.exists(path):
-            return path
+    # an editable install keeps the built files (the extension, lib/) apart from the sources
+    for root in dict.fromkeys((here, os.path.dirname(_octopt.__file__))):
+        for folder in ("lib", "bin"):
+            path = os.path.join(root, folder, name)
+            if os.path.exists(path):
+                return path
     raise FileNotFoundError(f"c_library: {name} is not in {os.path.join(here, 'lib')} (a build without the C ABI?)")
 
 

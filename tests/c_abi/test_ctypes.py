@@ -5,6 +5,10 @@ the state file), and the library describes itself and its table as the Python pa
 from __future__ import annotations
 
 import ctypes as C
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import octopt
@@ -48,9 +52,12 @@ def test_library_describes_itself(clib, capi):
 
 
 def test_c_library_is_in_the_package():
-    path = octopt.c_library()
-    assert path.startswith(str(__import__("pathlib").Path(octopt.__file__).parent))
-    assert octopt.info()["c_library"] == path
+    path = Path(octopt.c_library())
+    package = {Path(octopt.__file__).parent, Path(octopt._octopt.__file__).parent}  # editable: two folders
+    assert path.is_file() and path.parent.parent in package and path.parent.name in ("lib", "bin")
+    assert octopt.info()["c_library"] == str(path)
+    out = subprocess.run([sys.executable, "-m", "octopt", "info"], capture_output=True, text=True, check=True).stdout
+    assert re.search(rf"^C library\s+{re.escape(str(path))}$", out, re.MULTILINE), out
 
 
 @pytest.mark.parametrize("bits", [32, 8, 4])
