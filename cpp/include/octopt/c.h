@@ -93,7 +93,8 @@ OCTOPT_C_API void octopt_optimizer_destroy(octopt_optimizer* opt);
  *    (0: as bits), "initial_accumulator_value";
  *  - the whole optimizer (before the first group): "seed", "stochastic_rounding" (-1: 4-bit states
  *    only, 0, 1), "stochastic_bf16", "percentile", "strict".
- * The values are validated when a group is added, as Python validates a constructor's options. */
+ * Ranges are checked when a group is added, as Python checks a constructor's options (an unknown key,
+ * a layout option that is no integer and the whole-optimizer options are refused at once). */
 OCTOPT_C_API int octopt_set(octopt_optimizer* opt, const char* key, double value);
 /* String options: "state_map" ("dynamic" or "fp8"). */
 OCTOPT_C_API int octopt_set_string(octopt_optimizer* opt, const char* key, const char* value);
