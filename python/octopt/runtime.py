@@ -41,6 +41,8 @@ def info() -> dict:
         "compiler": _octopt.compiler(),
         "simd": _octopt.simd_level(),
         "cpu_features": _octopt.cpu_features(),
+        # floating-point contraction of the core and of the extension (both "off": cmake/numerics.cmake)
+        "fp_contract": dict(zip(("core", "extension"), _octopt.fp_contract())),
         "threads": _octopt.get_num_threads(),
         "cuda_built": _octopt.cuda_built(),
         "cuda_runtime": _octopt.cuda_runtime_version() or None,

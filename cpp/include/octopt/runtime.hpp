@@ -13,6 +13,9 @@ std::string simd_level();  // instruction set of the CPU kernels in use: baselin
 // in the environment when set, else the best available). All variants give bit-identical results.
 void set_simd_level(const std::string& name);
 std::string cpu_features();  // relevant features the CPU reports
+// "off" when the core was compiled without floating-point contraction (cmake/numerics.cmake), as
+// every target that compiles octopt's numerics must be.
+std::string fp_contract();
 
 namespace cuda {
 bool built();                   // compiled with CUDA kernels
