@@ -4,6 +4,7 @@
 // reductions, in the same order as the CPU backend (cpu/kernels_impl.cpp), so that results are
 // bit-identical with nearest rounding.
 #include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 
 #include "check.cuh"
 #include "octopt/numerics/codebook.hpp"
@@ -22,6 +23,10 @@ namespace octopt::cuda::detail {
 namespace {
 
 constexpr int T = kStepThreads;
+// One thread per lane of the block sums' fixed tree (numerics/trust_ratio.hpp), one per radix bin.
+static_assert(T == kSumLanes && T % kSumWarp == 0, "the norms' summation tree needs one thread per lane");
+constexpr int kRadixBins = 256;
+static_assert(T == kRadixBins, "percentile selection: one thread per radix bin");
 
 struct U3 {
   unsigned v[3];
@@ -72,11 +77,18 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
                          int phase, unsigned char* smem, SlotScalars& hs) {
   using ReduceU = cub::BlockReduce<unsigned, T>;
   using ReduceU3 = cub::BlockReduce<U3, T>;
+  using ScanU = cub::BlockScan<unsigned, T>;
   __shared__ union {
     typename ReduceU::TempStorage u;
     typename ReduceU3::TempStorage u3;
+    typename ScanU::TempStorage scan;
   } reduce_tmp;
   __shared__ SharedScalars sh;
+  __shared__ union {
+    double group_sums[2][T / kSumWarp];  // norms pass: per warp, its tree of the two block sums
+    unsigned bins[kRadixBins];           // percentile selection: keys per digit
+  } work;
+  __shared__ unsigned sel_prefix, sel_rank;
 
   const OptimKind kind = tb.kind;
   const int nstates = optim_state_slots(kind);
@@ -190,12 +202,34 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
     }
 
     if (phase == kPhaseNorms) {
-      // Per-block sums of squares in double, element by element as on the CPU; one thread per
-      // sum keeps the order (and so every bit) of the CPU's sequential loop.
+      // Per-block sums of squares in double, in the fixed tree of numerics/trust_ratio.hpp that the
+      // CPU's block_sum_squares also follows: thread t is lane t (its elements in order), each warp
+      // folds its lanes by shuffles in the tree's order, thread 0 adds the warps' sums in order.
+      __syncthreads();  // the staged values of every thread
+      double a = 0.0, x = 0.0;
+      for (int i = threadIdx.x; i < len; i += T) {
+        const double pv = stage[i], uv = stage[tb.max_block + i];
+        a += pv * pv;
+        x += uv * uv;
+      }
+#pragma unroll
+      for (int h = kSumWarp / 2; h > 0; h /= 2) {
+        a += __shfl_down_sync(0xffffffffu, a, h);
+        x += __shfl_down_sync(0xffffffffu, x, h);
+      }
+      if (threadIdx.x % kSumWarp == 0) {
+        work.group_sums[0][threadIdx.x / kSumWarp] = a;
+        work.group_sums[1][threadIdx.x / kSumWarp] = x;
+      }
       __syncthreads();
-      if (threadIdx.x == 0 || threadIdx.x == 32) {
-        const float* v = stage + (threadIdx.x == 0 ? 0 : tb.max_block);
-        tb.block_partials[2 * (t.block_begin + b) + (threadIdx.x == 0 ? 0 : 1)] = block_sum_squares(v, len);
+      if (threadIdx.x == 0) {
+        double pp = 0.0, uu = 0.0;
+        for (int w = 0; w < T / kSumWarp; ++w) {
+          pp += work.group_sums[0][w];
+          uu += work.group_sums[1][w];
+        }
+        tb.block_partials[2 * (t.block_begin + b)] = pp;
+        tb.block_partials[2 * (t.block_begin + b) + 1] = uu;
       }
       __syncthreads();
       continue;
@@ -208,9 +242,10 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
       for (int k = 0; k < 3; ++k) sh.scale[k] = bits_f32(am.v[k]);
     __syncthreads();
     if (clip && len > 1) {
-      // The magnitude of rank kq (numerics/percentile.hpp; the CPU selects it sequentially): each
-      // thread ranks its own elements by counting, the one holding rank kq writes it. Ties give
-      // the same value either way.
+      // The magnitude of rank kq (numerics/percentile.hpp; the CPU selects it by quickselect): a
+      // radix select over the 32-bit keys, one byte per pass from the top, each pass a histogram of
+      // the keys that share the digits found so far and a scan that finds the bin holding the rank.
+      // O(len) per pass; the value of a rank is unique, so any exact selection gives the CPU's bits.
       const int kq = percentile_rank(hdr.percentile, len);
 #pragma unroll
       for (int k = 0; k < 3; ++k)
@@ -218,16 +253,32 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
           const DevState& st = t.state[k];
           if (!st.data || st.bits == 32) continue;
           const float* v = stage + std::int64_t(k) * tb.max_block;
-          for (int i = threadIdx.x; i < len; i += T) {
-            const unsigned a = magnitude_key(v[i]);
-            int less = 0, le = 0;
-            for (int j = 0; j < len; ++j) {
-              const unsigned c = magnitude_key(v[j]);
-              less += c < a;
-              le += c <= a;
-            }
-            if (rank_holds(less, le, kq)) sh.scale[k] = bits_f32(a);
+          if (threadIdx.x == 0) {
+            sel_prefix = 0u;
+            sel_rank = unsigned(kq);
           }
+          unsigned mask = 0u;
+          for (int shift = 24; shift >= 0; shift -= 8) {
+            work.bins[threadIdx.x] = 0u;
+            __syncthreads();  // bins cleared; the prefix and rank of the previous pass visible
+            const unsigned prefix = sel_prefix, rank = sel_rank;
+            for (int i = threadIdx.x; i < len; i += T) {
+              const unsigned key = magnitude_key(v[i]);
+              if ((key & mask) == prefix) atomicAdd(&work.bins[(key >> shift) & 0xffu], 1u);
+            }
+            __syncthreads();
+            const unsigned count = work.bins[threadIdx.x];
+            unsigned before = 0u;
+            ScanU(reduce_tmp.scan).ExclusiveSum(count, before);
+            __syncthreads();  // every thread has read sel_prefix / sel_rank and the scan storage is free
+            if (count > 0u && before <= rank && rank < before + count) {
+              sel_prefix = prefix | (unsigned(threadIdx.x) << shift);
+              sel_rank = rank - before;
+            }
+            mask |= 0xffu << shift;
+          }
+          __syncthreads();
+          if (threadIdx.x == 0) sh.scale[k] = bits_f32(sel_prefix);
         }
       __syncthreads();
     }
