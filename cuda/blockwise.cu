@@ -1,8 +1,10 @@
 // CUDA block-wise quantize / dequantize: one thread block per quantization block. The
 // per-element arithmetic is the shared code of numerics/, so results match the CPU bit for bit.
 #include <cub/block/block_reduce.cuh>
+#include <optional>
 
 #include "check.cuh"
+#include "device_scope.cuh"
 #include "octopt/blockwise.hpp"
 #include "octopt/numerics/convert.hpp"
 #include "octopt/numerics/percentile.hpp"
@@ -118,9 +120,12 @@ void launch_dequantize(const std::uint8_t* codes, const float* absmax, std::int6
 }  // namespace
 
 void quantize_blockwise(const void* x, DType dtype, std::int64_t n, const Codebook& cb, int block_size, int bits,
-                        Rounding rounding, std::uint64_t seed, std::uint8_t* codes, float* absmax,
-                        cudaStream_t stream) {
+                        Rounding rounding, std::uint64_t seed, std::uint8_t* codes, float* absmax, cudaStream_t stream,
+                        int device) {
   validate_blockwise(n, cb, block_size, bits, "quantize_blockwise");
+  // A launch goes to the current device: an array on cuda:1 while cuda:0 is current would fault.
+  std::optional<detail::DeviceScope> scope;
+  if (device >= 0) scope.emplace(device);
   switch (dtype) {
     case DType::f32:
       return launch_quantize<DType::f32>(x, n, cb, block_size, bits, rounding, seed, codes, absmax, stream);
@@ -132,8 +137,10 @@ void quantize_blockwise(const void* x, DType dtype, std::int64_t n, const Codebo
 }
 
 void dequantize_blockwise(const std::uint8_t* codes, const float* absmax, std::int64_t n, const Codebook& cb,
-                          int block_size, int bits, DType out_dtype, void* out, cudaStream_t stream) {
+                          int block_size, int bits, DType out_dtype, void* out, cudaStream_t stream, int device) {
   validate_blockwise(n, cb, block_size, bits, "dequantize_blockwise");
+  std::optional<detail::DeviceScope> scope;  // as quantize_blockwise
+  if (device >= 0) scope.emplace(device);
   switch (out_dtype) {
     case DType::f32:
       return launch_dequantize<DType::f32>(codes, absmax, n, cb, block_size, bits, out, stream);

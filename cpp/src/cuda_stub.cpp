@@ -23,12 +23,12 @@ void managed_free(void*, int) noexcept {}
 void prefetch_to_device(const void*, std::size_t, int, std::uintptr_t) { no_cuda(); }
 
 void quantize_blockwise(const void*, DType, std::int64_t, const Codebook&, int, int, Rounding, std::uint64_t,
-                        std::uint8_t*, float*, cudaStream_t) {
+                        std::uint8_t*, float*, cudaStream_t, int) {
   no_cuda();
 }
 
 void dequantize_blockwise(const std::uint8_t*, const float*, std::int64_t, const Codebook&, int, int, DType, void*,
-                          cudaStream_t) {
+                          cudaStream_t, int) {
   no_cuda();
 }
 
