@@ -51,5 +51,6 @@ void read_mu_products(DevicePlan&, float*) { no_cuda(); }
 void write_mu_products(DevicePlan&, const float*) { no_cuda(); }
 void begin_capture(cudaStream_t) { no_cuda(); }
 std::pair<int, int> end_capture_count_nodes(cudaStream_t) { no_cuda(); }
+bool stream_capturing(cudaStream_t) { return false; }
 
 }  // namespace octopt::cuda
