@@ -13,6 +13,7 @@ namespace {
 bool built() { return false; }
 bool available() { return false; }
 int device_count() { return 0; }
+std::string unavailable_reason() { return "octopt was built without CUDA"; }
 std::string runtime_version() { return ""; }
 void* device_malloc(std::size_t, int) { no_cuda(); }
 void device_free(void*, int) noexcept {}

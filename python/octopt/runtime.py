@@ -48,6 +48,7 @@ def info() -> dict:
         "cuda_runtime": _octopt.cuda_runtime_version() or None,
         "cuda_available": _octopt.cuda_available(),
         "cuda_devices": _octopt.cuda_device_count(),
+        "cuda_unavailable_reason": _octopt.cuda_unavailable_reason() or None,  # e.g. a driver older than the runtime
         "xla_ffi_built": _octopt.xla_ffi_built(),  # octopt.optax's CPU handler (docs/jax.md)
         "xla_ffi_cuda_built": _octopt.xla_ffi_cuda_built(),  # and its CUDA handler
     }

@@ -53,6 +53,7 @@ void export_runtime(nb::module_& m) {
   m.def("cuda_built", &octopt::cuda::built);
   m.def("cuda_available", &octopt::cuda::available);
   m.def("cuda_device_count", &octopt::cuda::device_count);
+  m.def("cuda_unavailable_reason", &octopt::cuda::unavailable_reason);
   m.def("cuda_runtime_version", &octopt::cuda::runtime_version);
   m.def("set_num_threads", &octopt::set_num_threads, nb::arg("n"));
   m.def("get_num_threads", &octopt::get_num_threads);

@@ -18,10 +18,11 @@ std::string cpu_features();  // relevant features the CPU reports
 std::string fp_contract();
 
 namespace cuda {
-bool built();                   // compiled with CUDA kernels
-bool available();               // built, and a CUDA device is usable now (never throws)
-int device_count();             // 0 when unavailable
-std::string runtime_version();  // "" without CUDA
+bool built();                      // compiled with CUDA kernels
+bool available();                  // built, and a CUDA device is usable now (never throws)
+int device_count();                // 0 when unavailable
+std::string unavailable_reason();  // why available() is false ("" when it is true), never throws
+std::string runtime_version();     // "" without CUDA
 // Device memory and synchronous copies (construction, save, load; never inside a step). Each runs
 // on `device` and restores the caller's current device. Without CUDA they throw.
 void* device_malloc(std::size_t bytes, int device);
