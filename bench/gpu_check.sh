@@ -126,7 +126,7 @@ if [[ -n ${GPU_CHECK_SITE:-} ]]; then
 else
   SITE=$(mktemp -d)
   export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
-  if ! section "build (sm_90)" 150 "$PY" -m pip install --no-build-isolation --no-deps --target "$SITE" . -q \
+  if ! section "build (sm_90)" 180 "$PY" -m pip install --no-build-isolation --no-deps --target "$SITE" . -q \
     -Cbuild-dir=build/gpu -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90; then
     echo "BUILD FAILED"
     finish 1
