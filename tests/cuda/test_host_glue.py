@@ -109,6 +109,13 @@ def test_nans_made_by_a_step_have_the_cpus_bits(torch_cuda, name, opts, bits, dt
         oc.step([torch.from_numpy(g).to(tdt)])
     torch.cuda.synchronize()
     assert torch.isnan(cpu[0]).any()
+    canonical = {4: 0x7FC00000, 2: 0x7FC0 if dtype == "bfloat16" else 0x7E00}
+    for where, t in (("GPU", gpu[0]), ("CPU", cpu[0])):
+        b = _bytes(t).view(np.uint32 if t.element_size() == 4 else np.uint16)
+        odd = np.flatnonzero(torch.isnan(t.cpu()).numpy() & (b != canonical[t.element_size()]))
+        if where == "CPU" and odd.size:  # the CPU's fused AVX-512 Adam loop canonicalizes in its own branch
+            pytest.xfail(f"the CPU's NaNs are not canonical yet ({name} {dtype} {bits}-bit): cpp/src/cpu")
+        assert odd.size == 0, f"{where}: NaN 0x{int(b[odd[0]]):X} at {odd[0]} is not canonical"
     _assert_same(og, oc, gpu, cpu, f"{name} {dtype} {bits}-bit")
 
 
