@@ -29,6 +29,9 @@ SUMMARY="$OUTDIR/gpu_check_summary.md"
 : >"$LOG"
 exec > >(tee -a "$LOG") 2>&1
 PY=${PYTHON:-python3}
+# JAX takes 75% of the GPU's memory when its GPU backend starts; torch, CuPy, octopt's tables and the
+# other test workers share the GPU here.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
 command -v "$PY" >/dev/null 2>&1 || PY=python
 
 ROWS=()
@@ -187,8 +190,11 @@ done
 
 # -- 6. the GPU test suite, nccl, memory, bandwidth ------------------------------------------------
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider -rfEs --timeout=60)
-section "GPU test suite (tests/cuda, torch and jax CUDA tests)" 120 "${PYTEST[@]}" tests/cuda tests/torch/test_cuda.py \
-  tests/jax/test_cuda.py
+# ~790 tests, most of them a GPU step against its CPU twin: 4 workers share the GPU and the 16 cores
+XDIST=()
+"$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 4)
+section "GPU test suite (tests/cuda, torch and jax CUDA tests)" 120 "${PYTEST[@]}" ${XDIST[@]+"${XDIST[@]}"} tests/cuda \
+  tests/torch/test_cuda.py tests/jax/test_cuda.py
 section "nccl distributed tests (2+ GPUs)" 40 "${PYTEST[@]}" tests/distributed -k nccl
 section "memory benchmark (GPT-2 small, one GPU)" 50 "$PY" bench/memory.py --device cuda --ranks 1 --steps 3 \
   --out "$OUTDIR/memory.json"
