@@ -58,11 +58,14 @@ def info() -> dict:
         "compiler": _octopt.compiler(),
         "simd": _octopt.simd_level(),
         "cpu_features": _octopt.cpu_features(),
+        # floating-point contraction of the core and of the extension (both "off": cmake/numerics.cmake)
+        "fp_contract": dict(zip(("core", "extension"), _octopt.fp_contract())),
         "threads": _octopt.get_num_threads(),
         "cuda_built": _octopt.cuda_built(),
         "cuda_runtime": _octopt.cuda_runtime_version() or None,
         "cuda_available": _octopt.cuda_available(),
         "cuda_devices": _octopt.cuda_device_count(),
+        "cuda_unavailable_reason": _octopt.cuda_unavailable_reason() or None,  # e.g. a driver older than the runtime
         "xla_ffi_built": _octopt.xla_ffi_built(),  # octopt.optax's CPU handler (docs/jax.md)
         "xla_ffi_cuda_built": _octopt.xla_ffi_cuda_built(),  # and its CUDA handler
         "c_library": _c_library_or_none(),  # the C ABI's shared library (docs/c.md)
