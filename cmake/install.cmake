@@ -10,9 +10,11 @@ endif()
 set(_octopt_libdir "${_octopt_root}lib")
 set(_octopt_cmakedir "${_octopt_root}share/cmake/octopt")
 
-install(TARGETS octopt EXPORT octoptTargets
+# octopt_c (octopt::c): the C ABI's shared library; in a wheel it lies where octopt.c_library() looks.
+install(TARGETS octopt octopt_c EXPORT octoptTargets
   ARCHIVE DESTINATION ${_octopt_libdir}
-  LIBRARY DESTINATION ${_octopt_libdir})
+  LIBRARY DESTINATION ${_octopt_libdir}
+  RUNTIME DESTINATION ${_octopt_libdir})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/cpp/include/octopt DESTINATION ${OCTOPT_INSTALL_INCLUDEDIR})
 install(EXPORT octoptTargets NAMESPACE octopt:: DESTINATION ${_octopt_cmakedir})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/octoptConfig.cmake.in

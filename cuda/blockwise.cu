@@ -1,10 +1,13 @@
 // CUDA block-wise quantize / dequantize: one thread block per quantization block. The
 // per-element arithmetic is the shared code of numerics/, so results match the CPU bit for bit.
 #include <cub/block/block_reduce.cuh>
+#include <optional>
 
 #include "check.cuh"
+#include "device_scope.cuh"
 #include "octopt/blockwise.hpp"
 #include "octopt/numerics/convert.hpp"
+#include "octopt/numerics/percentile.hpp"
 #include "octopt/numerics/rng.hpp"
 
 namespace octopt::cuda {
@@ -12,8 +15,11 @@ namespace {
 
 constexpr int kThreads = 128;
 
-struct NanMaxOp {
-  __device__ float operator()(float a, float b) const { return nan_max(a, b); }
+// absmax is the largest magnitude bit pattern (DESIGN.md): exact and order-free, so two NaNs with
+// different payloads give the CPU's absmax whatever the reduction tree (a float max would keep
+// whichever NaN it met first).
+struct MaxKey {
+  __device__ unsigned operator()(unsigned a, unsigned b) const { return a > b ? a : b; }
 };
 
 __device__ void load_codebook(Codebook& dst, const Codebook& src) {
@@ -26,7 +32,7 @@ template <DType D>
 __global__ void __launch_bounds__(kThreads)
     quantize_kernel(const void* x, std::int64_t n, const Codebook cb_arg, int block_size, int bits, bool stochastic,
                     std::uint64_t key, std::uint8_t* codes, float* absmax) {
-  using Reduce = cub::BlockReduce<float, kThreads>;
+  using Reduce = cub::BlockReduce<unsigned, kThreads>;
   __shared__ typename Reduce::TempStorage reduce_tmp;
   __shared__ Codebook cb;
   __shared__ float block_amax;
@@ -35,10 +41,14 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t b = blockIdx.x;
   const std::int64_t i0 = b * block_size;
   const int len = int(min(std::int64_t(block_size), n - i0));
-  float m = 0.0f;
-  for (int i = threadIdx.x; i < len; i += kThreads) m = nan_max(m, fabsf(load_f32<D>(x, i0 + i)));
-  m = Reduce(reduce_tmp).Reduce(m, NanMaxOp());
+  unsigned amax_key = 0u;
+  for (int i = threadIdx.x; i < len; i += kThreads) {
+    const unsigned k = magnitude_key(load_f32<D>(x, i0 + i));
+    amax_key = k > amax_key ? k : amax_key;
+  }
+  amax_key = Reduce(reduce_tmp).Reduce(amax_key, MaxKey());
   if (threadIdx.x == 0) {
+    const float m = bits_f32(amax_key);
     absmax[b] = m;
     block_amax = m;
   }
@@ -84,7 +94,7 @@ __global__ void __launch_bounds__(kThreads)
       const std::uint8_t byte = codes[k >> 1];
       c = (k & 1) ? (byte >> 4) : (byte & 0x0f);
     }
-    store_f32<D>(out, k, __fmul_rn(cb.values[c], a));
+    store_f32<D>(out, k, __fmul_rn(cb.values[c], a));  // a NaN scale stores the canonical NaN
   }
 }
 
@@ -110,9 +120,12 @@ void launch_dequantize(const std::uint8_t* codes, const float* absmax, std::int6
 }  // namespace
 
 void quantize_blockwise(const void* x, DType dtype, std::int64_t n, const Codebook& cb, int block_size, int bits,
-                        Rounding rounding, std::uint64_t seed, std::uint8_t* codes, float* absmax,
-                        cudaStream_t stream) {
+                        Rounding rounding, std::uint64_t seed, std::uint8_t* codes, float* absmax, cudaStream_t stream,
+                        int device) {
   validate_blockwise(n, cb, block_size, bits, "quantize_blockwise");
+  // A launch goes to the current device: an array on cuda:1 while cuda:0 is current would fault.
+  std::optional<detail::DeviceScope> scope;
+  if (device >= 0) scope.emplace(device);
   switch (dtype) {
     case DType::f32:
       return launch_quantize<DType::f32>(x, n, cb, block_size, bits, rounding, seed, codes, absmax, stream);
@@ -124,8 +137,10 @@ void quantize_blockwise(const void* x, DType dtype, std::int64_t n, const Codebo
 }
 
 void dequantize_blockwise(const std::uint8_t* codes, const float* absmax, std::int64_t n, const Codebook& cb,
-                          int block_size, int bits, DType out_dtype, void* out, cudaStream_t stream) {
+                          int block_size, int bits, DType out_dtype, void* out, cudaStream_t stream, int device) {
   validate_blockwise(n, cb, block_size, bits, "dequantize_blockwise");
+  std::optional<detail::DeviceScope> scope;  // as quantize_blockwise
+  if (device >= 0) scope.emplace(device);
   switch (out_dtype) {
     case DType::f32:
       return launch_dequantize<DType::f32>(codes, absmax, n, cb, block_size, bits, out, stream);

@@ -1,4 +1,5 @@
-// Test aid: what a captured step recorded (kernel nodes and all nodes of the CUDA graph).
+// Graph capture: whether a stream is being captured, and (test aid) what a captured step recorded
+// (kernel nodes and all nodes of the CUDA graph).
 #include <cuda_runtime.h>
 
 #include <utility>
@@ -31,6 +32,17 @@ std::pair<int, int> end_capture_count_nodes(cudaStream_t stream) {
   (void)cudaGraphDestroy(graph);
   check(err, "end_capture_count_nodes: cudaGraphGetNodes");
   return {kernels, int(n)};
+}
+
+bool stream_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t err = cudaStreamIsCapturing(stream, &status);
+  if (err == cudaErrorStreamCaptureImplicit || err == cudaErrorStreamCaptureUnsupported) {
+    (void)cudaGetLastError();
+    return true;  // the legacy stream while another stream captures in global mode
+  }
+  check(err, "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
 }
 
 }  // namespace octopt::cuda

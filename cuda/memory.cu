@@ -3,25 +3,11 @@
 #include <cuda_runtime.h>
 
 #include "check.cuh"
+#include "device_scope.cuh"
 #include "octopt/runtime.hpp"
 
 namespace octopt::cuda {
-namespace {
-
-// Runs on `device` and puts the caller's current device back.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    detail::check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) detail::check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() { (void)cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
-
-}  // namespace
+using detail::DeviceScope;
 
 void* device_malloc(std::size_t bytes, int device) {
   DeviceScope scope(device);
@@ -31,20 +17,25 @@ void* device_malloc(std::size_t bytes, int device) {
 }
 
 void device_free(void* p, int device) noexcept {
-  int previous = 0;
-  if (cudaGetDevice(&previous) != cudaSuccess) return;
-  (void)cudaSetDevice(device);
-  (void)cudaFree(p);
-  (void)cudaSetDevice(previous);
+  DeviceScope scope(device, /*nothrow=*/true);
+  if (scope.ok()) (void)cudaFree(p);
 }
 
+// These copies run at construction, save and load, never in a step, and may meet a step in flight on
+// any stream of the caller, blocking or not: a copy on the legacy default stream is not ordered with
+// a non-blocking stream, and a copy from pageable memory may return before it has landed. So each
+// waits for the device before (no step still reads or writes the buffer) and after (the copy has
+// landed before any later launch, on whatever stream).
 void copy_to_device(void* dst, const void* src, std::size_t bytes, int device) {
   DeviceScope scope(device);
+  detail::check(cudaDeviceSynchronize(), "copy_to_device: cudaDeviceSynchronize");
   detail::check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (to the device)");
+  detail::check(cudaDeviceSynchronize(), "copy_to_device: cudaDeviceSynchronize");
 }
 
 void copy_to_host(void* dst, const void* src, std::size_t bytes, int device) {
   DeviceScope scope(device);
+  detail::check(cudaDeviceSynchronize(), "copy_to_host: cudaDeviceSynchronize");
   detail::check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (to the host)");
 }
 

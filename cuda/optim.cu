@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "check.cuh"
+#include "device_scope.cuh"
 #include "octopt/optim.hpp"
 #include "optim_kernels.cuh"
 #include "step_layout.cuh"
@@ -20,21 +21,8 @@ namespace {
 
 constexpr int kRing = 8;  // pinned staging buffers in flight before the host waits for the oldest copy
 
-// Makes `device` current for the scope (plans may live on any GPU), restoring the caller's.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    check(cudaGetDevice(&prev_), "cudaGetDevice");
-    if (prev_ != device) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceGuard() {
-    int now = -1;
-    if (cudaGetDevice(&now) == cudaSuccess && now != prev_) (void)cudaSetDevice(prev_);
-  }
-
- private:
-  int prev_ = 0;
-};
+// Plans may live on any GPU: every entry point runs on the plan's (device_scope.cuh).
+using DeviceGuard = detail::DeviceScope;
 
 // HyperParams has bool members (and so padding): it is written field by field into a zeroed
 // blob so that comparing blobs byte by byte is meaningful.
@@ -89,16 +77,14 @@ struct DevicePlan::Impl {
 
   ~Impl() {
     // Destructors must not throw; a failure here only leaks.
-    int prev = 0;
-    const bool have_prev = cudaGetDevice(&prev) == cudaSuccess;
-    (void)cudaSetDevice(device);
+    DeviceGuard guard(device, /*nothrow=*/true);
+    if (!guard.ok()) return;
     (void)cudaDeviceSynchronize();  // kernels of this plan may still be running
     for (auto& e : ring_events)
       if (e) (void)cudaEventDestroy(e);
     if (done) (void)cudaEventDestroy(done);
     if (pinned) (void)cudaFreeHost(pinned);
     if (dev) (void)cudaFree(dev);
-    if (have_prev) (void)cudaSetDevice(prev);
   }
 
   std::vector<unsigned char> make_blob(const StepArgs& a, const char* fn) const {
@@ -190,6 +176,8 @@ DevicePlan::DevicePlan(const StepConfig& cfg, const StepTensor* tensors, std::si
   check(cudaMemset(I.dev, 0, L.total), (f + ": cudaMemset").c_str());
   const std::vector<unsigned char> image = L.image(cfg);
   check(cudaMemcpy(I.dev, image.data(), image.size(), cudaMemcpyHostToDevice), (f + ": cudaMemcpy(tables)").c_str());
+  // Landed before the first step, which may run on a non-blocking stream (see write_steps).
+  check(cudaDeviceSynchronize(), (f + ": cudaDeviceSynchronize").c_str());
   check(cudaMallocHost(reinterpret_cast<void**>(&I.pinned), I.args_bytes * kRing),
         (f + ": cudaMallocHost of the staging buffers").c_str());
   for (auto& e : I.ring_events) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
@@ -213,7 +201,14 @@ void upload(DevicePlan& plan, const StepArgs& args, cudaStream_t stream) {
     throw std::invalid_argument(
         "upload: argument 'stream' is being captured into a CUDA graph; upload before capture "
         "or between replays");
+  // Ordered like a step: after the last step on another stream (it may still read the arguments a
+  // kernel has not yet loaded), and before the next step on any stream (which waits for `done`).
+  if (I.has_last && I.last_stream != stream)
+    check(cudaStreamWaitEvent(stream, I.done, 0), "upload: cudaStreamWaitEvent");
   I.upload_blob(blob, stream);
+  check(cudaEventRecord(I.done, stream), "upload: cudaEventRecord");
+  I.last_stream = stream;
+  I.has_last = true;
 }
 
 void step(DevicePlan& plan, const StepArgs& args, cudaStream_t stream) {
@@ -288,6 +283,9 @@ void write_steps(DevicePlan& plan, const std::int64_t* per_tensor, std::int64_t 
           "write_steps: cudaMemcpy");
   const unsigned long long g = static_cast<unsigned long long>(global_step);
   check(cudaMemcpy(&I.tables.counters->global_step, &g, sizeof g, cudaMemcpyHostToDevice), "write_steps: cudaMemcpy");
+  // The copies ran on the legacy default stream, which a non-blocking stream of the caller does not
+  // wait for, and a copy from pageable memory may return before it lands: the next step must see them.
+  check(cudaDeviceSynchronize(), "write_steps: cudaDeviceSynchronize");
 }
 
 void read_mu_products(DevicePlan& plan, float* per_tensor) {
@@ -310,6 +308,7 @@ void write_mu_products(DevicePlan& plan, const float* per_tensor) {
   if (I.n > 0)
     check(cudaMemcpy(I.tables.mu_product, per_tensor, sizeof(float) * std::size_t(I.n), cudaMemcpyHostToDevice),
           "write_mu_products: cudaMemcpy");
+  check(cudaDeviceSynchronize(), "write_mu_products: cudaDeviceSynchronize");  // as write_steps
 }
 
 std::vector<float> trust_ratios(DevicePlan& plan) {

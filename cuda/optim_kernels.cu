@@ -4,6 +4,7 @@
 // reductions, in the same order as the CPU backend (cpu/kernels_impl.cpp), so that results are
 // bit-identical with nearest rounding.
 #include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 
 #include "check.cuh"
 #include "octopt/numerics/codebook.hpp"
@@ -22,6 +23,10 @@ namespace octopt::cuda::detail {
 namespace {
 
 constexpr int T = kStepThreads;
+// One thread per lane of the block sums' fixed tree (numerics/trust_ratio.hpp), one per radix bin.
+static_assert(T == kSumLanes && T % kSumWarp == 0, "the norms' summation tree needs one thread per lane");
+constexpr int kRadixBins = 256;
+static_assert(T == kRadixBins, "percentile selection: one thread per radix bin");
 
 struct U3 {
   unsigned v[3];
@@ -66,18 +71,100 @@ __device__ SlotScalars tile_scalars(const Tables& tb, const DevTensor& t, int ti
   return s;
 }
 
-// `hs`: shared memory for the tile's scalars (step_kernel's, also read by finish_norms).
+using ReduceU = cub::BlockReduce<unsigned, T>;
+using ReduceU3 = cub::BlockReduce<U3, T>;
+using ScanU = cub::BlockScan<unsigned, T>;
+
+// The static shared memory of a tile, declared once in step_kernel: __shared__ variables declared in
+// run_tile would exist once per instantiation (5), and the kernel would carry all of them.
+struct TileShared {
+  union {
+    ReduceU::TempStorage u;
+    ReduceU3::TempStorage u3;
+    ScanU::TempStorage scan;
+  } reduce;
+  SharedScalars sh;
+  union {
+    double group_sums[2][T / kSumWarp];  // norms pass: per warp, its tree of the two block sums
+    unsigned bins[kRadixBins];           // percentile selection: keys per digit
+  } work;
+  unsigned sel_prefix, sel_rank;  // percentile selection: the digits found so far, the rank left
+};
+
+// The magnitude of rank kq among v[0, len) (numerics/percentile.hpp; the CPU selects it by
+// quickselect): a radix select over the 32-bit keys, one byte per pass from the top, each pass a
+// histogram of the keys that share the digits found so far and a scan that finds the bin holding the
+// rank. O(len) per pass; the value of a rank is unique, so any exact selection gives the CPU's bits.
+// Call from every thread of the block. Out of line: the percentile path is optional, and inlined its
+// state costs the per-element loops of every step registers.
+__device__ __noinline__ float select_magnitude_rank(const float* v, int len, int kq, TileShared& S) {
+  if (threadIdx.x == 0) {
+    S.sel_prefix = 0u;
+    S.sel_rank = unsigned(kq);
+  }
+  unsigned mask = 0u;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    S.work.bins[threadIdx.x] = 0u;
+    __syncthreads();  // bins cleared; the digits and the rank of the previous pass visible
+    const unsigned prefix = S.sel_prefix, rank = S.sel_rank;
+    for (int i = threadIdx.x; i < len; i += T) {
+      const unsigned key = magnitude_key(v[i]);
+      if ((key & mask) == prefix) atomicAdd(&S.work.bins[(key >> shift) & 0xffu], 1u);
+    }
+    __syncthreads();
+    const unsigned count = S.work.bins[threadIdx.x];
+    unsigned before = 0u;
+    ScanU(S.reduce.scan).ExclusiveSum(count, before);
+    __syncthreads();  // every thread has read the digits and the rank, and the scan storage is free
+    if (count > 0u && before <= rank && rank < before + count) {
+      S.sel_prefix = prefix | (unsigned(threadIdx.x) << shift);
+      S.sel_rank = rank - before;
+    }
+    mask |= 0xffu << shift;
+  }
+  __syncthreads();
+  return bits_f32(S.sel_prefix);
+}
+
+// The block's sums of squares of p and u into out[0], out[1], in double, in the fixed tree of
+// numerics/trust_ratio.hpp that the CPU's block_sum_squares also follows: thread t is lane t (its
+// elements in order), each warp folds its lanes by shuffles in the tree's order, thread 0 adds the
+// warps' sums in order. Call from every thread; returns after a barrier. Out of line, as
+// select_magnitude_rank (only LAMB/LARS take this path).
+__device__ __noinline__ void block_sums_tree(const float* p, const float* u, int len, TileShared& S, double* out) {
+  double a = 0.0, x = 0.0;
+  for (int i = threadIdx.x; i < len; i += T) {
+    const double pv = p[i], uv = u[i];
+    a += pv * pv;
+    x += uv * uv;
+  }
+#pragma unroll
+  for (int h = kSumWarp / 2; h > 0; h /= 2) {
+    a += __shfl_down_sync(0xffffffffu, a, h);
+    x += __shfl_down_sync(0xffffffffu, x, h);
+  }
+  if (threadIdx.x % kSumWarp == 0) {
+    S.work.group_sums[0][threadIdx.x / kSumWarp] = a;
+    S.work.group_sums[1][threadIdx.x / kSumWarp] = x;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double pp = 0.0, uu = 0.0;
+    for (int w = 0; w < T / kSumWarp; ++w) {
+      pp += S.work.group_sums[0][w];
+      uu += S.work.group_sums[1][w];
+    }
+    out[0] = pp;
+    out[1] = uu;
+  }
+  __syncthreads();
+}
+
+// `hs`: shared memory for the tile's scalars (step_kernel's, also read by finish_norms); `S`: the
+// tile's other static shared memory.
 template <DType P, DType G>
 __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const DevGrad& grad, std::int64_t tile,
-                         int phase, unsigned char* smem, SlotScalars& hs) {
-  using ReduceU = cub::BlockReduce<unsigned, T>;
-  using ReduceU3 = cub::BlockReduce<U3, T>;
-  __shared__ union {
-    typename ReduceU::TempStorage u;
-    typename ReduceU3::TempStorage u3;
-  } reduce_tmp;
-  __shared__ SharedScalars sh;
-
+                         int phase, unsigned char* smem, SlotScalars& hs, TileShared& S) {
   const OptimKind kind = tb.kind;
   const int nstates = optim_state_slots(kind);
   Codebook* cbs = reinterpret_cast<Codebook*>(smem);
@@ -120,10 +207,10 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
       const unsigned a = magnitude_key(gv);
       gm = a > gm ? a : gm;
     }
-    gm = ReduceU(reduce_tmp.u).Reduce(gm, MaxU());
-    if (threadIdx.x == 0) sh.grad_amax = gm;
+    gm = ReduceU(S.reduce.u).Reduce(gm, MaxU());
+    if (threadIdx.x == 0) S.sh.grad_amax = gm;
     __syncthreads();
-    if (!is_finite_abs(bits_f32(sh.grad_amax))) {
+    if (!is_finite_abs(bits_f32(S.sh.grad_amax))) {
       if (threadIdx.x == 0) {
         if (phase == kPhaseNorms) {
           tb.block_partials[2 * (t.block_begin + b)] = 0.0;
@@ -190,44 +277,27 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
     }
 
     if (phase == kPhaseNorms) {
-      // Per-block sums of squares in double, element by element as on the CPU; one thread per
-      // sum keeps the order (and so every bit) of the CPU's sequential loop.
-      __syncthreads();
-      if (threadIdx.x == 0 || threadIdx.x == 32) {
-        const float* v = stage + (threadIdx.x == 0 ? 0 : tb.max_block);
-        tb.block_partials[2 * (t.block_begin + b) + (threadIdx.x == 0 ? 0 : 1)] = block_sum_squares(v, len);
-      }
-      __syncthreads();
+      __syncthreads();  // the staged values of every thread
+      block_sums_tree(stage, stage + tb.max_block, len, S, tb.block_partials + 2 * (t.block_begin + b));
       continue;
     }
 
     // 3. New block scales of the quantized states: max |x|, or a percentile of |x|.
-    am = ReduceU3(reduce_tmp.u3).Reduce(am, MaxU3());
+    am = ReduceU3(S.reduce.u3).Reduce(am, MaxU3());
     if (threadIdx.x == 0)
 #pragma unroll
-      for (int k = 0; k < 3; ++k) sh.scale[k] = bits_f32(am.v[k]);
+      for (int k = 0; k < 3; ++k) S.sh.scale[k] = bits_f32(am.v[k]);
     __syncthreads();
     if (clip && len > 1) {
-      // The magnitude of rank kq (numerics/percentile.hpp; the CPU selects it sequentially): each
-      // thread ranks its own elements by counting, the one holding rank kq writes it. Ties give
-      // the same value either way.
+      // The magnitude of rank kq: select_magnitude_rank.
       const int kq = percentile_rank(hdr.percentile, len);
 #pragma unroll
       for (int k = 0; k < 3; ++k)
         if (k < nstates) {
           const DevState& st = t.state[k];
           if (!st.data || st.bits == 32) continue;
-          const float* v = stage + std::int64_t(k) * tb.max_block;
-          for (int i = threadIdx.x; i < len; i += T) {
-            const unsigned a = magnitude_key(v[i]);
-            int less = 0, le = 0;
-            for (int j = 0; j < len; ++j) {
-              const unsigned c = magnitude_key(v[j]);
-              less += c < a;
-              le += c <= a;
-            }
-            if (rank_holds(less, le, kq)) sh.scale[k] = bits_f32(a);
-          }
+          const float scale = select_magnitude_rank(stage + std::int64_t(k) * tb.max_block, len, kq, S);
+          if (threadIdx.x == 0) S.sh.scale[k] = scale;
         }
       __syncthreads();
     }
@@ -238,7 +308,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
       if (k < nstates) {
         const DevState& st = t.state[k];
         if (!st.data || st.bits == 32) continue;
-        const float scale = sh.scale[k];
+        const float scale = S.sh.scale[k];
         if (threadIdx.x == 0) st.absmax[b] = scale;
         const float div = scale > 0.0f ? scale : 1.0f;
         const bool sr = stochastic || st.stochastic != 0;
@@ -267,6 +337,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
 __global__ void __launch_bounds__(T) step_kernel(Tables tb, int phase) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ SlotScalars scalars;
+  __shared__ TileShared shared;
   const std::int64_t tile = blockIdx.x;
   int ti = -1;  // the tensor owning this tile
   if (tile < tb.n_tiles) {
@@ -288,19 +359,19 @@ __global__ void __launch_bounds__(T) step_kernel(Tables tb, int phase) {
     const bool g32 = DType(grad.dtype) == DType::f32;
     switch (DType(t.param_dtype)) {
       case DType::f32:
-        run_tile<DType::f32, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars);
+        run_tile<DType::f32, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars, shared);
         break;
       case DType::f16:
         if (g32)
-          run_tile<DType::f16, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars);
+          run_tile<DType::f16, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars, shared);
         else
-          run_tile<DType::f16, DType::f16>(tb, t, ti, grad, local, phase, smem, scalars);
+          run_tile<DType::f16, DType::f16>(tb, t, ti, grad, local, phase, smem, scalars, shared);
         break;
       case DType::bf16:
         if (g32)
-          run_tile<DType::bf16, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars);
+          run_tile<DType::bf16, DType::f32>(tb, t, ti, grad, local, phase, smem, scalars, shared);
         else
-          run_tile<DType::bf16, DType::bf16>(tb, t, ti, grad, local, phase, smem, scalars);
+          run_tile<DType::bf16, DType::bf16>(tb, t, ti, grad, local, phase, smem, scalars, shared);
         break;
     }
     if (phase == kPhaseNorms) {

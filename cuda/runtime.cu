@@ -21,6 +21,18 @@ int device_count() {
 
 bool available() { return device_count() > 0; }
 
+std::string unavailable_reason() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    // e.g. "CUDA driver version is insufficient for CUDA runtime version": this build's static runtime
+    // needs a driver at least as new as the toolkit it was built with.
+    return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(err) + " (runtime " + runtime_version() + ")";
+  }
+  return n > 0 ? "" : "no CUDA device";
+}
+
 std::string runtime_version() {
   int v = 0;
   if (cudaRuntimeGetVersion(&v) != cudaSuccess) return "unknown";

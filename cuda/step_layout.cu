@@ -1,11 +1,14 @@
 // Layout of a fused step's device tables (step_layout.cuh).
 #include "step_layout.cuh"
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
+#include "check.cuh"
 #include "octopt/blockwise.hpp"
 #include "optim_kernels.cuh"
 
@@ -131,8 +134,24 @@ Tables StepLayout::bind(void* base) const {
   return tb;
 }
 
+// The limit is one setting per device and kernel, shared by every plan and XLA call on the device:
+// setting it to what this plan needs would lower it under an earlier plan that needs more (an AdEMAMix
+// plan at block size 4096, 71,764 B, then an Adam plan, 53,304 B: the AdEMAMix step then fails at
+// launch). So it is raised once to the most the device allows and never lowered; the limit does not
+// change occupancy, which follows the shared memory a launch actually asks for.
 void reserve_step_smem(std::size_t smem) {
-  if (smem + step_kernel_static_smem() > 48 * 1024) set_step_kernel_smem(smem);
+  const std::size_t fixed = step_kernel_static_smem();
+  if (smem + fixed <= 48 * 1024) return;
+  int device = 0, optin = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+        "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+  if (smem + fixed > std::size_t(optin))
+    throw std::invalid_argument("step: the fused step needs " + std::to_string(smem + fixed) +
+                                " bytes of shared memory per block at this block size and optimizer; device " +
+                                std::to_string(device) + " allows " + std::to_string(optin) +
+                                " (use a smaller block_size)");
+  set_step_kernel_smem(std::size_t(optin) - fixed);
 }
 
 }  // namespace octopt::cuda::detail

@@ -38,7 +38,7 @@ StepLayout layout_step(const StepConfig& cfg, const StepTensor* tensors, std::si
                        int n_groups, const char* fn);
 
 // Lets step_kernel use `smem` bytes of dynamic shared memory on the current device (a no-op below
-// the default 48 KB limit).
+// the default 48 KB limit; above it, raises the limit to the device's maximum, never lowers it).
 void reserve_step_smem(std::size_t smem);
 
 }  // namespace octopt::cuda::detail

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -155,6 +156,16 @@ class ArrayCase:
     def cpu_twin(self) -> ArrayCase:
         """The same dtype on the CPU: torch stays torch, CuPy maps to NumPy."""
         return ArrayCase("torch" if self.framework == "torch" else "numpy", "cpu", self.dtype)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """OCTOPT_REQUIRE_GPU=1 (bench/gpu_check.sh sets it): a run on a GPU machine must not pass by skipping
+    every GPU test because octopt cannot use the GPU (a driver older than the CUDA runtime octopt was built
+    with makes cuda_available() False); stop at once, with the reason."""
+    if os.environ.get("OCTOPT_REQUIRE_GPU") == "1" and not octopt.cuda_available():
+        raise pytest.UsageError(
+            "OCTOPT_REQUIRE_GPU=1 but octopt cannot use a GPU: " + (octopt.info()["cuda_unavailable_reason"] or "?")
+        )
 
 
 def _skip_reason(case: ArrayCase) -> str | None:

@@ -13,6 +13,7 @@ namespace {
 bool built() { return false; }
 bool available() { return false; }
 int device_count() { return 0; }
+std::string unavailable_reason() { return "octopt was built without CUDA"; }
 std::string runtime_version() { return ""; }
 void* device_malloc(std::size_t, int) { no_cuda(); }
 void device_free(void*, int) noexcept {}
@@ -23,12 +24,12 @@ void managed_free(void*, int) noexcept {}
 void prefetch_to_device(const void*, std::size_t, int, std::uintptr_t) { no_cuda(); }
 
 void quantize_blockwise(const void*, DType, std::int64_t, const Codebook&, int, int, Rounding, std::uint64_t,
-                        std::uint8_t*, float*, cudaStream_t) {
+                        std::uint8_t*, float*, cudaStream_t, int) {
   no_cuda();
 }
 
 void dequantize_blockwise(const std::uint8_t*, const float*, std::int64_t, const Codebook&, int, int, DType, void*,
-                          cudaStream_t) {
+                          cudaStream_t, int) {
   no_cuda();
 }
 
@@ -51,5 +52,6 @@ void read_mu_products(DevicePlan&, float*) { no_cuda(); }
 void write_mu_products(DevicePlan&, const float*) { no_cuda(); }
 void begin_capture(cudaStream_t) { no_cuda(); }
 std::pair<int, int> end_capture_count_nodes(cudaStream_t) { no_cuda(); }
+bool stream_capturing(cudaStream_t) { return false; }
 
 }  // namespace octopt::cuda

@@ -21,6 +21,14 @@ std::string compiler() {
 #endif
 }
 
+std::string fp_contract() {
+#if defined(OCTOPT_FP_CONTRACT_OFF)
+  return "off";
+#else
+  return "compiler default";
+#endif
+}
+
 std::string simd_level() { return cpu::active().name; }
 
 void set_simd_level(const std::string& name) { cpu::set_isa(name.c_str()); }

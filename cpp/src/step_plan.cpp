@@ -105,7 +105,15 @@ void StepPlan::Impl::fill_state(Tensor& t) {
   }
 }
 
-void StepPlan::Impl::build_device_plan() {
+void StepPlan::Impl::build_device_plan(cudaStream_t stream, const char* fn) {
+  // Building allocates, copies and synchronizes, none of which a graph capture allows: say what to do
+  // before any of it fails with a raw CUDA error (or invalidates the capture).
+  if (cuda::stream_capturing(stream))
+    throw std::invalid_argument(std::string(fn) +
+                                ": argument 'stream' is being captured into a CUDA graph, but the optimizer's "
+                                "device tables must be built first (no eager step since it was created or its "
+                                "tensors, groups or layout changed): take one eager step or call upload() "
+                                "before capture");
   std::vector<std::int64_t> per(tensors.size(), 0);
   std::int64_t g = global_step;
   if (device_plan) {
@@ -343,7 +351,7 @@ std::int64_t StepPlan::step(const void* const* grads, const DType* grad_dtypes, 
       throw std::invalid_argument(std::string(fn) +
                                   ": strict=True is not supported for CUDA parameters (it would "
                                   "synchronize the stream); read skipped_blocks instead");
-    if (!p.device_plan || p.device_plan_stale) p.build_device_plan();
+    if (!p.device_plan || p.device_plan_stale) p.build_device_plan(stream, fn);
     std::vector<HyperParams> hps;
     const cuda::StepArgs a = p.device_args(grads, grad_dtypes, hps);
     cuda::step(*p.device_plan, a, stream);
@@ -392,7 +400,7 @@ void StepPlan::upload(const void* const* grads, const DType* grad_dtypes, cudaSt
   if (p.device < 0)
     throw std::invalid_argument(std::string(fn) + ": only CUDA optimizers hold their arguments on the device");
   PlanBusy busy(p.busy, fn);
-  if (!p.device_plan || p.device_plan_stale) p.build_device_plan();
+  if (!p.device_plan || p.device_plan_stale) p.build_device_plan(stream, fn);
   std::vector<HyperParams> hps;
   cuda::upload(*p.device_plan, p.device_args(grads, grad_dtypes, hps), stream);
 }

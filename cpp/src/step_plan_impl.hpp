@@ -57,7 +57,8 @@ struct StepPlan::Impl {
   void release(Buffer& b) noexcept;
   StepConfig config() const;
   // CUDA: (re)builds the device plan, carrying the step counters over.
-  void build_device_plan();
+  // Throws std::invalid_argument naming `fn` when `stream` is being captured (nothing may be built then).
+  void build_device_plan(cudaStream_t stream, const char* fn);
   cuda::StepArgs device_args(const void* const* grads, const DType* grad_dtypes, std::vector<HyperParams>& hps) const;
   void fill_state(Tensor& t);
 };

@@ -6,7 +6,7 @@ from .maps import dynamic_map, fp8_map, linear_map, log2_map, quantile_map
 from .optimizer import Optimizer
 from . import family as _family
 from .family import *  # noqa: F403 - one class per optimizer of the core's table
-from .runtime import cmake_dir, cuda_available, cuda_built, get_num_threads, info, set_num_threads
+from .runtime import c_library, cmake_dir, cuda_available, cuda_built, get_num_threads, info, set_num_threads
 from .state_file import StateFileError
 
 __version__ = _version()
@@ -15,6 +15,7 @@ __all__ = [
     *_family.__all__,
     "Optimizer",
     "__version__",
+    "c_library",
     "cmake_dir",
     "cuda_available",
     "cuda_built",

@@ -29,6 +29,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
             if i["xla_ffi_built"]
             else "no",
         ),
+        ("C library", i["c_library"] or "not built"),
     ]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:

@@ -31,7 +31,7 @@ def dynamic_map(signed: bool = True, bits: int = 8) -> np.ndarray:
 def linear_map(signed: bool = True, bits: int = 8, zero: bool = True) -> np.ndarray:
     """Evenly spaced values. Signed: [-1, 1] in 2^bits - 1 steps plus an extra centre zero (as
     bitsandbytes' create_linear_map). Unsigned: [0, 1]; with ``zero=False`` the zero-free map
-    (i + 1) / 2^bits used for the 4-bit second moment."""
+    (i + 1) / 2^bits (the 4-bit second moment uses ``log2_map`` by default, not this one)."""
     bits = _arrays.check_bits(bits, "linear_map")
     if not zero:
         if signed:

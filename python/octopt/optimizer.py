@@ -57,6 +57,24 @@ class _TensorState:
         return float(self._owner._plan.tensor_mu_products()[self._index])
 
 
+def _numpy_grad_args(grads: Any, tensors: list, fn: str) -> list:
+    """NumPy gradients as the native layer takes them: a bfloat16 (ml_dtypes) gradient as the uint16 view of
+    its bits, as its parameter was added (NumPy exports that dtype neither through DLPack nor through the
+    buffer protocol). A plain uint16 array is refused here, since the native layer reads such views as bits."""
+    out = list(grads)
+    for i, g in enumerate(out):
+        if not isinstance(g, np.ndarray):
+            continue
+        if g.dtype.name == "bfloat16":
+            out[i] = g.view(np.uint16)
+        elif g.dtype == np.uint16 and i < len(tensors):
+            raise TypeError(
+                f"{fn}: argument 'grads[{i}]' must be float32 or the parameter's dtype "
+                f"({tensors[i].info.dtype}), got uint16"
+            )
+    return out
+
+
 class _LikeAllocator:
     """The core's state allocator: arrays in the framework and on the device of the parameter being
     added (set before each add_tensor). ``factory(count, dtype, param, info)``, when set, allocates instead
@@ -182,7 +200,8 @@ class Optimizer:
         for p, info in zip(params, infos):
             self._alloc.like = (p, info)
             try:
-                index = self._plan.add_tensor(gid, _arrays.kernel_arg(p), fn)
+                arg, bf16_bits = _arrays.float_kernel_arg(p)
+                index = self._plan.add_tensor(gid, arg, fn, bf16_bits)
             finally:
                 self._alloc.like = None
             self._tensors.append(self._tensor_state(p, info, gid, index))
@@ -315,6 +334,8 @@ class Optimizer:
             if info.device == "cpu":
                 if info.framework == "torch":
                     grads = [g.detach() if g is not None else None for g in grads]
+                elif info.framework == "numpy":
+                    grads = _numpy_grad_args(grads, self._tensors, "step")
                 return int(self._plan.step(grads, 0))
             handle = _arrays.stream_handle(info, stream, "step")
             self._plan.step([_arrays.kernel_arg(g) if g is not None else None for g in grads], handle)

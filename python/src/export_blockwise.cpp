@@ -48,7 +48,7 @@ std::int64_t quantize_into(AnyIn x, HostF32 qmap, int block_size, int bits, bool
   auto* a = static_cast<float*>(ar.data);
   if (is_cuda(xr)) {
     octopt::cuda::quantize_blockwise(xr.data, dt, xr.size, cb, block_size, bits, rounding, seed, c, a,
-                                     as_stream(stream));
+                                     as_stream(stream), xr.device_id);
     return -1;
   }
   nb::gil_scoped_release release;
@@ -81,7 +81,7 @@ void dequantize_into(AnyIn codes, AnyIn absmax, HostF32 qmap, int block_size, in
   const auto* c = static_cast<const std::uint8_t*>(cr.data);
   const auto* a = static_cast<const float*>(ar.data);
   if (is_cuda(cr)) {
-    octopt::cuda::dequantize_blockwise(c, a, n, cb, block_size, bits, dt, orf.data, as_stream(stream));
+    octopt::cuda::dequantize_blockwise(c, a, n, cb, block_size, bits, dt, orf.data, as_stream(stream), cr.device_id);
     return;
   }
   nb::gil_scoped_release release;

@@ -41,9 +41,19 @@ void export_runtime(nb::module_& m) {
   m.def("simd_level", &octopt::simd_level);
   m.def("set_simd_level", &octopt::set_simd_level, nb::arg("name"));
   m.def("cpu_features", &octopt::cpu_features);
+  // Contraction of the core's and of this extension's own translation units (cmake/numerics.cmake).
+  m.def("fp_contract", [] {
+#if defined(OCTOPT_FP_CONTRACT_OFF)
+    const char* ext = "off";
+#else
+    const char* ext = "compiler default";
+#endif
+    return nb::make_tuple(octopt::fp_contract(), ext);
+  });
   m.def("cuda_built", &octopt::cuda::built);
   m.def("cuda_available", &octopt::cuda::available);
   m.def("cuda_device_count", &octopt::cuda::device_count);
+  m.def("cuda_unavailable_reason", &octopt::cuda::unavailable_reason);
   m.def("cuda_runtime_version", &octopt::cuda::runtime_version);
   m.def("set_num_threads", &octopt::set_num_threads, nb::arg("n"));
   m.def("get_num_threads", &octopt::get_num_threads);

@@ -92,19 +92,24 @@ class PyStepPlan {
     return plan_->add_group(hp, lo, fn.c_str());
   }
 
-  std::size_t add_tensor(int group, nb::object param, const std::string& fn) {
+  // bf16_bits: `param` is the uint16 view of a NumPy (ml_dtypes) bfloat16 array, which NumPy exports
+  // neither through DLPack nor through the buffer protocol; its gradients then come as such views too.
+  std::size_t add_tensor(int group, nb::object param, const std::string& fn, bool bf16_bits) {
     nb::ndarray<> p;
     const std::string arg = "params[" + std::to_string(plan_->num_tensors()) + "]";
     if (!nb::try_cast(param, p))
       throw nb::type_error((fn + ": argument '" + arg + "' is not a writable array").c_str());
     const ArrayRef r = array_ref(p, fn.c_str(), arg.c_str());
+    if (bf16_bits)
+      require_dtype(r, nb::dtype<std::uint16_t>(), "uint16 (the bits of a bfloat16 array)", fn.c_str(), arg.c_str());
     const int dev = device_of(r);
     if (dev == -2) throw std::invalid_argument(fn + ": argument '" + arg + "' must be on the CPU or a CUDA device");
     std::vector<std::int64_t> shape;
     for (std::size_t d = 0; d < p.ndim(); ++d) shape.push_back(std::int64_t(p.shape(d)));
-    const std::size_t i =
-        plan_->add_tensor(group, r.data, float_dtype(r, fn.c_str(), "params"), shape, dev, fn.c_str());
+    const std::size_t i = plan_->add_tensor(
+        group, r.data, bf16_bits ? octopt::DType::bf16 : float_dtype(r, fn.c_str(), "params"), shape, dev, fn.c_str());
     params_.push_back(std::move(param));
+    bf16_bits_.push_back(bf16_bits);
     numel_.push_back(r.size);
     return i;
   }
@@ -199,7 +204,10 @@ class PyStepPlan {
       }
       octopt::DType gd;
       const octopt::DType pd = plan_->tensor_dtype(i);
-      if (!is_float_dtype(gr, &gd) || (gd != pd && gd != octopt::DType::f32))
+      const bool bits_of_bf16 = bf16_bits_[i] && gr.dtype == nb::dtype<std::uint16_t>();
+      if (bits_of_bf16)
+        gd = octopt::DType::bf16;
+      else if (!is_float_dtype(gr, &gd) || (gd != pd && gd != octopt::DType::f32))
         throw nb::type_error((std::string(fn) + ": argument 'grads[" + std::to_string(i) +
                               "]' must be float32 or the parameter's dtype (" + octopt::dtype_name(pd) + ")")
                                  .c_str());
@@ -232,6 +240,7 @@ class PyStepPlan {
   std::unique_ptr<octopt::StepPlan> plan_;
   std::vector<nb::object> params_;  // the parameters stay alive while the plan steps them
   std::vector<std::int64_t> numel_;
+  std::vector<bool> bf16_bits_;    // per tensor: added as the uint16 bits of a NumPy bfloat16 array
   std::vector<const void*> ptrs_;  // per step: the gradients' addresses and dtypes
   std::vector<octopt::DType> dtypes_;
 };
@@ -264,7 +273,8 @@ void export_step_plan(nb::module_& m) {
           "hparams", [](PyStepPlan& p, int g) { return p.plan().hparams(g); }, nb::arg("group"))
       .def(
           "layout_options", [](PyStepPlan& p, int g) { return p.plan().layout_options(g); }, nb::arg("group"))
-      .def("add_tensor", &PyStepPlan::add_tensor, nb::arg("group"), nb::arg("param"), nb::arg("fn"))
+      .def("add_tensor", &PyStepPlan::add_tensor, nb::arg("group"), nb::arg("param"), nb::arg("fn"),
+           nb::arg("bf16_bits") = false)
       .def("tensor_state", &PyStepPlan::tensor_state, nb::arg("i"))
       .def("tensor_block_size", [](PyStepPlan& p, std::size_t i) { return p.plan().tensor_block_size(i); })
       .def("step", &PyStepPlan::step, nb::arg("grads"), nb::arg("stream") = 0)

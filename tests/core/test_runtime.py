@@ -91,6 +91,9 @@ def test_info_dict():
     assert info["cuda_available"] == octopt.cuda_available()
     assert info["compiler"] and info["simd"]
     assert (info["cuda_devices"] > 0) == info["cuda_available"]
+    # why not (bench/gpu_check.sh prints it): a string exactly when CUDA is unavailable
+    assert (info["cuda_unavailable_reason"] is None) == info["cuda_available"]
+    assert not octopt.cuda_built() or info["cuda_available"] or info["cuda_unavailable_reason"]
     assert isinstance(info["xla_ffi_built"], bool)
     assert isinstance(info["xla_ffi_cuda_built"], bool)
     # the CUDA handler needs both CUDA and the XLA FFI headers

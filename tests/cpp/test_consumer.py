@@ -67,7 +67,7 @@ def prefix(tmp_path_factory):
                 "-DCMAKE_BUILD_TYPE=Release",
             ]
         )
-    _run([CMAKE, "--build", build_dir, "-j", "2", "--target", "octopt"])
+    _run([CMAKE, "--build", build_dir, "-j", "2", "--target", "octopt", "octopt_c"])  # what --install installs
     dest = tmp_path_factory.mktemp("prefix")
     _run([CMAKE, "--install", build_dir, "--prefix", dest])
     return dest

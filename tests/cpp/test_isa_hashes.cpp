@@ -54,7 +54,7 @@ float from_bits(std::uint32_t u) {
   return f;
 }
 
-// Values of changing scale (exponents 2^-24 .. 2^3), with exact zeros, tiny and subnormal values, an
+// Values of changing scale (exponents 2^-24 .. 2^3), with exact zeros of both signs, tiny and subnormal values, an
 // all-zero block and, when `nan_block` >= 0, one NaN in that block of 256.
 std::vector<float> make_values(std::int64_t n, bool non_negative, std::uint64_t seed, int nan_block) {
   std::vector<float> x(static_cast<std::size_t>(n));
@@ -65,6 +65,7 @@ std::vector<float> make_values(std::int64_t n, bool non_negative, std::uint64_t 
     const std::uint32_t sign = non_negative ? 0u : std::uint32_t(z >> 63) << 31;
     float v = from_bits(sign | exp << 23 | mant);
     if ((z >> 40) % 13 == 0) v = 0.0f;
+    if ((z >> 48) % 29 == 0) v = -0.0f;                          // a negative zero meets a map's zero entry from below
     if ((z >> 44) % 97 == 0) v = from_bits(sign | (mant >> 3));  // subnormal
     x[std::size_t(i)] = v;
   }

@@ -1,7 +1,8 @@
 """bits=32: Lion, AdEMAMix, LAMB and LARS against float64 NumPy implementations of their papers.
 
-The references follow the definitions in cpp/include/octopt/numerics/update_rules.hpp and
-cpp/src/optim_scalars.cpp, which cite: Lion (Chen et al. 2023, Alg. 2), AdEMAMix (Pagliardini
+The references follow the definitions in cpp/include/octopt/numerics/update_rules.hpp (the update
+rules) and cpp/include/octopt/numerics/hyper_params.hpp (scalars_for_step: the per-step scalars,
+schedules.hpp for AdEMAMix's), which cite: Lion (Chen et al. 2023, Alg. 2), AdEMAMix (Pagliardini
 et al. 2024, Alg. 1 and its alpha / beta3 schedulers), LAMB (You et al. 2020, Alg. 2: trust
 ||w|| / ||u||, 1 when either is 0) and LARS (You et al. 2017: trust eta ||w|| / (||g|| + wd ||w||)).
 """

@@ -22,7 +22,14 @@ def test_tiny_v_never_becomes_zero(bits):
     # the state of element 1 really holds a positive v
     sd = opt.state_dict()["state"][0]["slots"]["exp_avg_sq"]
     code = int(sd["data"][1]) if bits == 8 else int(sd["data"][0]) >> 4  # element 1: high nibble of byte 0
-    vmap = octopt.dynamic_map(False) if bits == 8 else octopt.linear_map(False, bits=4, zero=False)
+    # the map the state really uses (named in the state dict): 8-bit v keeps the dynamic map with its
+    # nonzero floor, 4-bit v the zero-free log2 map
+    expected = {8: ("dynamic_unsigned_8", octopt.dynamic_map(False)), 4: ("log2_step0.8_nozero_4", octopt.log2_map(4))}
+    name, vmap = expected[bits]
+    assert sd["map"] == name
+    # v ~ 1e-10 of the block's maximum lies below every positive entry: the code is the smallest positive one
+    # (the floor), never the zero entry of the 8-bit map
+    assert code == int(np.flatnonzero(vmap > 0)[0])
     assert vmap[code] > 0
     assert np.all(np.isfinite(w))
 

@@ -37,12 +37,15 @@ namespace cuda {
 
 // The same operations on device pointers, enqueued on `stream`; nothing is allocated and nothing
 // waits. A block with NaN/Inf input gets a non-finite absmax (the caller inspects absmax).
-// Without a CUDA build these throw std::runtime_error("octopt was built without CUDA").
+// `device`: the GPU holding the arrays (and the stream), made current for the launch and the
+// caller's put back; -1: the current device. Without a CUDA build these throw
+// std::runtime_error("octopt was built without CUDA").
 void quantize_blockwise(const void* x, DType dtype, std::int64_t n, const Codebook& cb, int block_size, int bits,
-                        Rounding rounding, std::uint64_t seed, std::uint8_t* codes, float* absmax, cudaStream_t stream);
+                        Rounding rounding, std::uint64_t seed, std::uint8_t* codes, float* absmax, cudaStream_t stream,
+                        int device = -1);
 
 void dequantize_blockwise(const std::uint8_t* codes, const float* absmax, std::int64_t n, const Codebook& cb,
-                          int block_size, int bits, DType out_dtype, void* out, cudaStream_t stream);
+                          int block_size, int bits, DType out_dtype, void* out, cudaStream_t stream, int device = -1);
 
 }  // namespace cuda
 }  // namespace octopt

@@ -162,6 +162,9 @@ void write_mu_products(DevicePlan& plan, const float* per_tensor);
 // The graph is destroyed without being run, so nothing on the device changes.
 void begin_capture(cudaStream_t stream);
 std::pair<int, int> end_capture_count_nodes(cudaStream_t stream);
+// Whether work enqueued on `stream` now would be captured into a CUDA graph (also when another
+// stream's global-mode capture forbids this one's use). Without CUDA: false.
+bool stream_capturing(cudaStream_t stream);
 
 }  // namespace cuda
 

@@ -13,12 +13,16 @@ std::string simd_level();  // instruction set of the CPU kernels in use: baselin
 // in the environment when set, else the best available). All variants give bit-identical results.
 void set_simd_level(const std::string& name);
 std::string cpu_features();  // relevant features the CPU reports
+// "off" when the core was compiled without floating-point contraction (cmake/numerics.cmake), as
+// every target that compiles octopt's numerics must be.
+std::string fp_contract();
 
 namespace cuda {
-bool built();                   // compiled with CUDA kernels
-bool available();               // built, and a CUDA device is usable now (never throws)
-int device_count();             // 0 when unavailable
-std::string runtime_version();  // "" without CUDA
+bool built();                      // compiled with CUDA kernels
+bool available();                  // built, and a CUDA device is usable now (never throws)
+int device_count();                // 0 when unavailable
+std::string unavailable_reason();  // why available() is false ("" when it is true), never throws
+std::string runtime_version();     // "" without CUDA
 // Device memory and synchronous copies (construction, save, load; never inside a step). Each runs
 // on `device` and restores the caller's current device. Without CUDA they throw.
 void* device_malloc(std::size_t bytes, int device);

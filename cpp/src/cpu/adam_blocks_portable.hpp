@@ -21,8 +21,6 @@ inline bool adam_fused_applies_portable(const StepConfig& cfg, const StepTensor&
   return true;
 }
 
-inline float canonical_nan_f32() { return bits_f32(0x7FC00000u); }
-
 // The update of one block in place (p; m and v decoded in the scratch), with the largest |m| and |v| bit
 // patterns. kPlain: no maximize flip and no weight-decay term (Adam's weight decay 0, AdamW's decay 1).
 // kLowW: rule_lerp's branch (w < 0.5), the same for every element.
@@ -35,7 +33,6 @@ inline void adam_update_block_portable(const SlotScalars& h, const float* __rest
   const bool couple = h.weight_decay != 0.0f;  // update_element skips Adam's coupled term at 0, as torch does
   const float w = h.one_minus_beta1, w1 = 1.0f - w;
   const float beta2 = h.beta2, omb2 = h.one_minus_beta2, bc2s = h.bc2_sqrt, eps = h.eps, step = h.step_size;
-  const float qnan = canonical_nan_f32();
   std::uint32_t am = amax_m, av = amax_v;
   for (int i = 0; i < len; ++i) {
     float gg = g[i], pp = p[i], mm = m[i], vv = v[i];
@@ -51,9 +48,9 @@ inline void adam_update_block_portable(const SlotScalars& h, const float* __rest
     vv = vv * beta2 + omb2 * gg * gg;
     const float denom = std::sqrt(vv) / bc2s + eps;
     pp = pp - step * (mm / denom);
-    pp = pp == pp ? pp : qnan;
-    mm = mm == mm ? mm : qnan;
-    vv = vv == vv ? vv : qnan;
+    pp = canonical_nan(pp);  // numerics/convert.hpp, as update_element
+    mm = canonical_nan(mm);
+    vv = canonical_nan(vv);
     p[i] = pp;
     m[i] = mm;
     v[i] = vv;

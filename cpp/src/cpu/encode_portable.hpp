@@ -21,12 +21,6 @@ constexpr bool kFusedMultiplyAdd = false;
 constexpr float kNoFmaMargin = 4.8828125e-4f;  // 2^-11
 constexpr float kNoFmaLimit = 2048.0f;         // |r| * A and x beyond it go to the search
 
-inline std::uint32_t f32_bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 // The closed form on kPortableLanes values r (|r| < 2): the codes, per lane whether it is unsure (its code
 // must come from the search), and whether any is. Stage by stage over the lanes, each stage a loop the
 // vectorizer takes.
@@ -161,19 +155,30 @@ inline void encode_block16_stochastic_portable(const Codebook& cb, const float* 
   const std::int32_t first_pos = first_positive16(cb);
   for (int i = 0; i < len; i += N) {
     const int n = len - i < N ? len - i : N;
-    float r[N], u[N];
-    std::int32_t c[N];
-    for (int l = 0; l < N; ++l) r[l] = l < n ? v[i + l] / scale : 0.0f;
+    float r[N], u[N], vlo[N], vhi[N];
+    std::int32_t c[N], lo[N], hi[N];
+    if (n == N) {
+      for (int l = 0; l < N; ++l) r[l] = v[i + l] / scale;
+    } else {
+      for (int l = 0; l < N; ++l) r[l] = l < n ? v[i + l] / scale : 0.0f;
+    }
     for (int l = 0; l < N; ++l) u[l] = uniform01(key, std::uint64_t(i0 + i + l));
     std::int32_t cnt[N];
     for (int l = 0; l < N; ++l) cnt[l] = 0;
     for (int k = 0; k < 16; ++k)
       for (int l = 0; l < N; ++l) cnt[l] += vals[k] <= r[l] ? 1 : 0;
     for (int l = 0; l < N; ++l) {
-      const std::int32_t lo = cnt[l] > 0 ? cnt[l] - 1 : 0, hi = cnt[l] < 15 ? cnt[l] : 15;
-      // at cnt 0 and 16 lo == hi: the one code there, whatever p is
-      const float p = (r[l] - vals[lo]) / (vals[hi] - vals[lo]);
-      c[l] = u[l] < p ? hi : lo;
+      lo[l] = cnt[l] > 0 ? cnt[l] - 1 : 0;
+      hi[l] = cnt[l] < 15 ? cnt[l] : 15;
+      vlo[l] = vals[lo[l]];
+      vhi[l] = vals[hi[l]];
+    }
+    for (int l = 0; l < N; ++l) {
+      // at cnt 0 and 16 lo == hi: the one code there, whatever p is. Otherwise vlo <= r < vhi, so p is
+      // +0 or positive, or -0 (r = -0 at a zero entry): without its sign bit p compares with u >= 0 as the
+      // bit patterns do (an integer compare, which vectorizes; GCC keeps a float compare as a branch).
+      const float p = (r[l] - vlo[l]) / (vhi[l] - vlo[l]);
+      c[l] = f32_bits(u[l]) < (f32_bits(p) & 0x7fffffffu) ? hi[l] : lo[l];
     }
     for (int l = 0; l < N; ++l) c[l] = keep_sign_lane(cb, first_pos, r[l], c[l]);
     for (int l = 0; l < n; ++l) codes[i + l] = std::uint8_t(c[l]);

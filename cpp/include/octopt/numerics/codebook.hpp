@@ -109,8 +109,6 @@ OCTOPT_HD int code_at(const std::uint8_t* codes, std::int64_t k, int bits) {
   return (k & 1) ? (byte >> 4) : (byte & 0x0f);
 }
 
-OCTOPT_HD float nan_max(float m, float a) { return (a > m || a != a) ? a : m; }
-
 OCTOPT_HD bool is_finite_abs(float absval) { return absval <= 3.402823466e+38f; }
 
 }  // namespace octopt

@@ -29,12 +29,22 @@ OCTOPT_HD float bits_f32(std::uint32_t u) {
 #endif
 }
 
+// The one NaN octopt stores (DESIGN.md, Numerics): a NaN made by arithmetic carries whatever sign and
+// payload the hardware gives it (x86 SSE: 0xFFC00000 for an invalid operation, NVIDIA GPUs:
+// 0x7FFFFFFF), so every store of a computed value replaces any NaN by the quiet NaN 0x7FC00000
+// (bfloat16 0x7FC0, float16 0x7E00) and parameters, states and block scales agree bit for bit.
+inline constexpr std::uint32_t kCanonicalNanF32 = 0x7fc00000u;
+inline constexpr std::uint16_t kCanonicalNanBF16 = 0x7fc0u;
+inline constexpr std::uint16_t kCanonicalNanF16 = 0x7e00u;
+
+OCTOPT_HD float canonical_nan(float x) { return x != x ? bits_f32(kCanonicalNanF32) : x; }
+
 OCTOPT_HD float bf16_to_f32(std::uint16_t h) { return bits_f32(std::uint32_t(h) << 16); }
 
 OCTOPT_HD std::uint16_t f32_to_bf16(float f) {
   std::uint32_t u = f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x40u);  // keep NaN a (quiet) NaN
-  u += 0x7fffu + ((u >> 16) & 1u);                                               // round to nearest, ties to even
+  if ((u & 0x7fffffffu) > 0x7f800000u) return kCanonicalNanBF16;
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
   return std::uint16_t(u >> 16);
 }
 
@@ -55,7 +65,8 @@ OCTOPT_HD std::uint16_t f32_to_f16(float f) {
   std::uint32_t u = f32_bits(f);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   u &= 0x7fffffffu;
-  if (u >= 0x7f800000u) return std::uint16_t(sign | 0x7c00u | (u > 0x7f800000u ? 0x200u : 0u));
+  if (u > 0x7f800000u) return kCanonicalNanF16;
+  if (u == 0x7f800000u) return std::uint16_t(sign | 0x7c00u);
   // 65520 is the midpoint between the largest half (65504) and 2^16; the tie rounds to even, i.e. to inf.
   if (u >= 0x477ff000u) return std::uint16_t(sign | 0x7c00u);
   if (u < 0x38800000u) {
@@ -82,7 +93,7 @@ OCTOPT_HD float load_f32(const void* p, std::int64_t i) {
 template <DType D>
 OCTOPT_HD void store_f32(void* p, std::int64_t i, float v) {
   if constexpr (D == DType::f32)
-    static_cast<float*>(p)[i] = v;
+    static_cast<float*>(p)[i] = canonical_nan(v);
   else if constexpr (D == DType::f16)
     static_cast<std::uint16_t*>(p)[i] = f32_to_f16(v);
   else

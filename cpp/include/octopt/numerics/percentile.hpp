@@ -7,8 +7,8 @@
 // among the magnitudes of the block in ascending order. Magnitudes are compared as their bit
 // patterns (magnitude_key), which orders finite values as numbers and puts Inf and NaN above them:
 // the selected value is unique whatever algorithm finds it. The CPU selects sequentially
-// (select_magnitude); the CUDA kernel lets every thread count the ranks of its own elements and
-// keeps the one for which rank_holds.
+// (select_magnitude); the CUDA kernel selects by a parallel radix select over the keys, one byte per
+// pass (cuda/optim_kernels.cu), O(len) per pass instead of counting ranks, O(len^2).
 #include <math.h>
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 #pragma once
 // The LAMB/LARS trust ratio of a tensor, from two sums of squares accumulated in double in the
-// fixed order of chunking.hpp: within a block element by element (block_sum_squares), within a
+// fixed order of chunking.hpp: within a block by a fixed tree (block_sum_squares), within a
 // chunk block by block, then chunk by chunk (add_pair_sums). Every backend adds the same doubles in
 // the same order, so the ratio is the same float everywhere, whatever the threads or the device.
 #include <math.h>
@@ -16,11 +16,32 @@ OCTOPT_HD constexpr bool optim_uses_trust_ratio(OptimKind kind) {
   return kind == OptimKind::lamb || kind == OptimKind::lars;
 }
 
-// Sum of v[i]^2 over one block, in double, in element order.
-OCTOPT_HD double block_sum_squares(const float* v, int len) {
-  double acc = 0.0;
-  for (int i = 0; i < len; ++i) acc += double(v[i]) * double(v[i]);
-  return acc;
+// The fixed summation tree of a block's sum of squares, in double: lane l (of kSumLanes) adds the
+// squares of elements l, l + kSumLanes, l + 2 kSumLanes, ... in order; each group of kSumWarp lanes
+// folds in halves (lane j += lane j + h for h = 16, 8, 4, 2, 1: a warp's shuffle-down tree); the
+// groups' results are added in group order. The CUDA kernel computes exactly this with one thread per
+// lane (a parallel reduction with the CPU's bits); the CPU's lanes vectorize. Both must keep this
+// order: it defines the bits of the LAMB/LARS trust ratios.
+inline constexpr int kSumLanes = 256;
+inline constexpr int kSumWarp = 32;
+
+// Folds one group of kSumWarp lane sums as a warp's shuffle-down tree; returns the group's sum.
+OCTOPT_HD double fold_sum_group(double* lane) {
+  for (int h = kSumWarp / 2; h > 0; h /= 2)
+    for (int j = 0; j < h; ++j) lane[j] += lane[j + h];
+  return lane[0];
+}
+
+// Sum of v[i]^2 over one block (len <= any block size), in the tree order above.
+inline double block_sum_squares(const float* v, int len) {
+  double lane[kSumLanes] = {};
+  for (int base = 0; base < len; base += kSumLanes) {
+    const int m = len - base < kSumLanes ? len - base : kSumLanes;
+    for (int l = 0; l < m; ++l) lane[l] += double(v[base + l]) * double(v[base + l]);
+  }
+  double total = 0.0;
+  for (int g = 0; g < kSumLanes / kSumWarp; ++g) total += fold_sum_group(lane + g * kSumWarp);
+  return total;
 }
 
 // a += pairs[2 i], b += pairs[2 i + 1] for i = first .. last - 1, in order: partial sums of

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "../config.hpp"
+#include "convert.hpp"
 #include "state_slots.hpp"
 #include "step_scalars.hpp"
 
@@ -24,11 +25,9 @@ OCTOPT_HD float rule_lerp(float a, float b, float w) { return w < 0.5f ? a + w *
 
 OCTOPT_HD float rule_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
 
-// Returns the new parameter value. For LAMB the returned value is only meaningful in the final
-// phase (trust filled in); `u_out` receives the LAMB update direction (or the LARS direction).
+// The rule itself (update_element below adds the canonical NaN).
 template <OptimKind K>
-OCTOPT_HD float update_element(const SlotScalars& h, float p, float g, float& s0, float& s1, float& s2,
-                               float* u_out = nullptr) {
+OCTOPT_HD float update_rule(const SlotScalars& h, float p, float g, float& s0, float& s1, float& s2, float* u_out) {
   if (h.flags & kMaximize) g = -g;
   if constexpr (K == OptimKind::adam || K == OptimKind::adamw) {
     if (K == OptimKind::adam) {
@@ -117,6 +116,22 @@ OCTOPT_HD float update_element(const SlotScalars& h, float p, float g, float& s0
     p = p + (h.nadam_grad * g) / denom;  // torch's addcdiv: p + (value * t1) / t2
     return p + (h.nadam_mom * s0) / denom;
   }
+}
+
+// Returns the new parameter value. For LAMB the returned value is only meaningful in the final
+// phase (trust filled in); `u_out` receives the LAMB update direction (or the LARS direction).
+// A NaN the rule makes (an infinite parameter times a weight decay, a negative centered variance)
+// leaves as the canonical NaN (convert.hpp) in the parameter and every state, so the CPU and the GPU
+// store the same bits and the block scales, maxima of bit patterns, agree.
+template <OptimKind K>
+OCTOPT_HD float update_element(const SlotScalars& h, float p, float g, float& s0, float& s1, float& s2,
+                               float* u_out = nullptr) {
+  const float np = update_rule<K>(h, p, g, s0, s1, s2, u_out);
+  s0 = canonical_nan(s0);
+  s1 = canonical_nan(s1);
+  s2 = canonical_nan(s2);
+  if (u_out) *u_out = canonical_nan(*u_out);
+  return canonical_nan(np);
 }
 
 // update_element of an optimizer chosen at run time (the CUDA kernel's form: the branch is uniform
