@@ -124,6 +124,8 @@ class TorchOptimizer(torch.optim.Optimizer):
         self._layout: list[dict] = []  # per torch group: its layout keys as added
         self._tensors: dict[int, Any] = {}  # id(param) -> the core's _TensorState
         self._dist: dict[int, _dist.DistSpec] = {}  # id(param) -> mesh/placements of a DTensor parameter
+        # state_dict() shows quantized DTensor state as float32 (the form of octopt 0.x, see _dcp.py)
+        self._float32_state = False
         super().__init__(params, defaults)
         self.state = _StateView(self)  # type: ignore[assignment]
 
@@ -153,9 +155,10 @@ class TorchOptimizer(torch.optim.Optimizer):
         for j, p in enumerate(group["params"]):
             self._check_param(_dist.local(p), fn, f"params[{start + j}]")
             spec = _dist.spec_of(p, kind, fn, f"params[{start + j}]")
+            ov = self._param_override(p)
             if spec is not None:
                 specs[id(p)] = spec
-            ov = self._param_override(p)
+                ov = _dist.global_precision(p, ov, merged["min_8bit_size"])
             buckets.setdefault(tuple(sorted(ov.items())), (ov, []))[1].append(p)
         for ov, _ in buckets.values():
             m = dict(merged)
