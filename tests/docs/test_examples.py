@@ -96,6 +96,9 @@ def _torch_md_fsdp(out: str) -> None:
     m = re.search(r"1 rank\(s\): loss ([0-9.]+) at the start, ([0-9.]+) at step 50, ([0-9.]+) at step 51", out)
     start, saved, resumed = (float(v) for v in m.groups())
     assert saved < 0.1 * start and resumed < 2 * saved
+    assert "the resumed run equals the uninterrupted one: True" in out
+    per_param = float(re.search(r"optimizer checkpoint: ([0-9.]+) bytes per parameter", out).group(1))
+    assert 2.0 < per_param <= 2.2  # 8-bit codes of two states, their absmax, DCP's framing
     assert "optimizer state on rank 0:" in out
 
 

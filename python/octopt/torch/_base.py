@@ -304,6 +304,11 @@ class TorchOptimizer(torch.optim.Optimizer):
         if not g.is_contiguous():
             g = g.contiguous()
             keep.append(g)
+        if g.numel() == 0:
+            # an empty gradient (a DTensor's empty shard) still counts as a step, as on the other ranks:
+            # address 0 would mean "no gradient", so it gets the address of one element that is never read
+            g = torch.empty(1, dtype=g.dtype, device=g.device)
+            keep.append(g)
         return g.data_ptr(), code
 
     @staticmethod
