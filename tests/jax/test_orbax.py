@@ -34,9 +34,10 @@ SCRIPT = textwrap.dedent("""
     rng = np.random.default_rng(0)
     w0 = rng.standard_normal((64, 256)).astype(np.float32)  # row shards of 64 / n rows: whole blocks
     b0 = rng.standard_normal((4096 + 4,)).astype(np.float32)  # replicated, its last block partial
-    grads = [{"w": rng.standard_normal(w0.shape).astype(np.float32), "b": rng.standard_normal(b0.shape).astype(np.float32)}
+    c0 = rng.standard_normal((10,)).astype(np.float32)  # below min_8bit_size: 32-bit state, no absmax leaf
+    grads = [{k: rng.standard_normal(v.shape).astype(np.float32) for k, v in (("w", w0), ("b", b0), ("c", c0))}
              for _ in range(6)]
-    specs = {"w": P("x", None), "b": P()}
+    specs = {"w": P("x", None), "b": P(), "c": P()}
     put = lambda tree: {k: jax.device_put(v, NamedSharding(mesh, specs[k])) for k, v in tree.items()}
 
     def run(tx, params, state, gs):
@@ -55,7 +56,7 @@ SCRIPT = textwrap.dedent("""
         tx = oo.adamw(1e-2, bits=bits, weight_decay=0.01, **({"stochastic_rounding": False} if "nearest" in name else {}))
         path = f"{folder}/state{name}"
         if mode == "save":
-            params = put({"w": w0, "b": b0})
+            params = put({"w": w0, "b": b0, "c": c0})
             params, state = run(tx, params, tx.init(params), grads[:3])
             np.savez(f"{folder}/params{name}.npz", **{k: np.asarray(v) for k, v in params.items()})
             ckpt = ocp.StandardCheckpointer()
