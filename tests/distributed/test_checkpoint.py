@@ -267,3 +267,51 @@ def test_the_optimizer_part_of_an_8bit_checkpoint_is_small(launch, gloo, tmp_pat
     assert per_param[8] <= 2.2
     assert per_param[4] <= 1.2  # the 32-bit biases (below min_8bit_size) take their 8 bytes
     assert per_param[32] >= 8
+
+
+def tiny_shards(ctx, folder, mode) -> dict:
+    """A 1-D tensor of 256 elements (one block) on DTensor shards, with no spare room in the absmax table
+    (2 values): the blocks of 4 shards do not fit, and are re-blocked on the global tensor when saved; those
+    of 2 shards fit."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+    from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
+
+    from octopt.torch import _dcp
+
+    _dcp.SPARE_BLOCKS = 0
+    mesh = init_device_mesh("cpu", (ctx.world_size,))
+    torch.manual_seed(0)
+    p = torch.nn.Parameter(distribute_tensor(torch.randn(256), mesh, [Shard(0)]))
+    model = torch.nn.Module()
+    model.p = p
+    opt = ot.AdamW(model.parameters(), lr=1e-2, bits=8, min_8bit_size=0)
+    if mode == "save":
+        for s in range(3):
+            torch.manual_seed(10 + s)
+            p.grad = distribute_tensor(torch.randn(256), mesh, [Shard(0)])
+            opt.step()
+        dcp.save(get_optimizer_state_dict(model, opt), checkpoint_id=f"{folder}/tiny")
+    else:
+        osd = get_optimizer_state_dict(model, opt)
+        dcp.load(osd, checkpoint_id=f"{folder}/tiny")
+        set_optimizer_state_dict(model, opt, osd)
+    meta = json.loads(get_optimizer_state_dict(model, opt)["state"]["p"]["octopt"])
+    with ot.dequantized_state_dict(opt):
+        state = _full(get_optimizer_state_dict(model, opt))["p"]
+    return {"state": state, "starts": meta["slots"]["exp_avg"]["starts"]}
+
+
+def test_a_tensor_with_more_shards_than_the_table_holds_is_re_blocked_within_the_bound(launch, gloo, tmp_path):
+    saved = launch(gloo, 4, tiny_shards, str(tmp_path), "save")[0]
+    assert saved["starts"] == [0, 256]  # saved as one shard: the global tensor's block
+    for world_size, starts in ((4, [0, 256]), (2, [0, 128, 256])):
+        loaded = launch(gloo, world_size, tiny_shards, str(tmp_path), "load")[0]
+        assert loaded["starts"] == starts
+        for name in ("exp_avg", "exp_avg_sq"):
+            # re-blocked twice: when saved (onto the global block), and when loaded (onto the shards' blocks),
+            # the second time on values up to b larger
+            v, w = saved["state"][name], loaded["state"][name]
+            b = _bound(8, name, v)
+            assert float((w - v).abs().max()) <= b + _bound(8, name, v.abs() + b), (world_size, name)
+        assert float(loaded["state"]["step"]) == 3
