@@ -79,3 +79,29 @@ def test_a_checkpoint_of_the_dequantized_form_loads(launch, gloo, make_dcp_v1, w
             assert float(v.abs().max()) > 0  # the fixture holds trained state
     before, after = r["losses"]
     assert after < before  # training continues from the loaded state
+
+
+def new_form_read_as_float32(ctx, folder: str, script: str) -> str:
+    import importlib.util
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    spec = importlib.util.spec_from_file_location("make_dcp_v1", script)
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    model, opt = make.build()
+    make.train(model, opt, range(2))
+    dcp.save(get_state_dict(model, opt)[1], checkpoint_id=f"{folder}/new")
+    model, opt = make.build()
+    with ot.dequantized_state_dict(opt):
+        optim_sd = get_state_dict(model, opt)[1]
+    dcp.load(optim_sd, checkpoint_id=f"{folder}/new")  # DCP turns the uint8 codes into float32 silently
+    with pytest.raises(ValueError) as e:
+        set_state_dict(model, opt, model_state_dict={}, optim_state_dict=optim_sd)
+    return str(e.value)
+
+
+def test_a_quantized_checkpoint_read_in_the_float32_form_is_refused(launch, gloo, make_dcp_v1, tmp_path):
+    message = launch(gloo, 2, new_form_read_as_float32, str(tmp_path), make_dcp_v1.__file__)[0]
+    assert "holds only whole numbers in [0, 255]: 8-bit codes of a checkpoint in the quantized form" in message

@@ -168,6 +168,12 @@ def _local_entry(entry: dict, dist: Any, t: _TensorState, where: str) -> dict:
                     f"{dist.placements} (redistribute the state, or load it with torch.distributed.checkpoint)"
                 )
             v = _dist.local(v)
+            if k != "step" and v.is_floating_point() and _looks_like_codes(v):
+                raise ValueError(
+                    f"{where}: '{k}' holds only whole numbers in [0, 255]: 8-bit codes of a checkpoint in the "
+                    "quantized form, read into the float32 form of octopt.torch.dequantized_state_dict (DCP "
+                    "converts dtypes silently); load that checkpoint without dequantized_state_dict"
+                )
         elif dist is not None and isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape != t.param.shape:
             raise ValueError(
                 f"{where}: '{k}' is a plain tensor of shape {tuple(v.shape)}, but the parameter is a DTensor "
@@ -176,6 +182,14 @@ def _local_entry(entry: dict, dist: Any, t: _TensorState, where: str) -> dict:
             )
         out[k] = v
     return out
+
+
+def _looks_like_codes(v: torch.Tensor) -> bool:
+    """Whether float values are uint8 codes converted to float (trained optimizer state never is whole
+    numbers in [0, 255] with one above 1: an all-zero state has max 0)."""
+    if v.numel() == 0:
+        return False
+    return bool(float(v.max()) > 1 and float(v.min()) >= 0 and float(v.max()) <= 255 and torch.equal(v, v.round()))
 
 
 def load_state_dict(opt: Any, sd: Any) -> None:
