@@ -168,7 +168,8 @@ def _local_entry(entry: dict, dist: Any, t: _TensorState, where: str) -> dict:
                     f"{dist.placements} (redistribute the state, or load it with torch.distributed.checkpoint)"
                 )
             v = _dist.local(v)
-            if k != "step" and v.is_floating_point() and _looks_like_codes(v):
+            spec = next((sp for sp in t.specs if sp.name == k), None)
+            if spec is not None and spec.bits != 32 and v.is_floating_point() and _looks_like_codes(v):
                 raise ValueError(
                     f"{where}: '{k}' holds only whole numbers in [0, 255]: 8-bit codes of a checkpoint in the "
                     "quantized form, read into the float32 form of octopt.torch.dequantized_state_dict (DCP "
@@ -186,10 +187,11 @@ def _local_entry(entry: dict, dist: Any, t: _TensorState, where: str) -> dict:
 
 def _looks_like_codes(v: torch.Tensor) -> bool:
     """Whether float values are uint8 codes converted to float (trained optimizer state never is whole
-    numbers in [0, 255] with one above 1: an all-zero state has max 0)."""
+    numbers in [0, 255] of several values with one above 1; a constant state, which can be, is let through)."""
     if v.numel() == 0:
         return False
-    return bool(float(v.max()) > 1 and float(v.min()) >= 0 and float(v.max()) <= 255 and torch.equal(v, v.round()))
+    hi, lo = float(v.max()), float(v.min())
+    return 1 < hi <= 255 and lo >= 0 and hi != lo and torch.equal(v, v.round())
 
 
 def load_state_dict(opt: Any, sd: Any) -> None:
