@@ -8,7 +8,7 @@ checkpoints"): the state of DTensor parameters is saved quantized (codes and abs
   are whole blocks), and every other element within the stated bound: (half the widest gap between
   neighbouring levels of the slot's map + 2**-22) times the largest magnitude of the tensor's state.
 - The precision of a tensor's state is decided on the global tensor: the 8192-element weight and the
-  11137-element one (above ``min_8bit_size`` = 6000, their shards below it on 2 and 4 ranks) are quantized on
+  11438-element one (above ``min_8bit_size`` = 6000, their shards below it on 2 and 4 ranks) are quantized on
   every world size, and the 32-element bias is not.
 - The optimizer part of an 8-bit checkpoint of a 1M-parameter model takes <= 2.2 bytes per parameter.
 """
@@ -25,10 +25,11 @@ ot = pytest.importorskip("octopt.torch")
 
 BITS = (32, 8, 4)
 BEFORE, AFTER = 3, 3  # steps before the checkpoint, and after it
-# Rows of 37 and 301 elements split blocks at every shard boundary (the absmax "table" form); rows of 256 are
-# whole blocks (the "rows" form). 301 rows shard as 151 + 150 on 2 ranks, 76 + 76 + 76 + 73 on 4; the 3 rows
+# Rows of 38 and 301 elements split blocks at every shard boundary (the absmax "table" form; 4-bit codes of the
+# even rows of 38 packed two per byte); rows of 256 are whole blocks (the "rows" form). 301 rows shard as 151 +
+# 150 on 2 ranks, 76 + 76 + 76 + 73 on 4; the 3 rows
 # of the last layer as 1 + 1 + 1 + 0 on 4 (an empty shard still counts its steps).
-SIZES = (37, 301, 256, 32, 3)
+SIZES = (38, 301, 256, 32, 3)
 MIN_8BIT = 6000
 
 
@@ -203,13 +204,13 @@ def test_dcp_resume_on_the_same_ranks_is_bit_identical(launch, dist_backend, tmp
 def test_dcp_resume_on_other_world_sizes_stays_within_the_bound(launch, dist_backend, tmp_path_factory, world_size):
     folder, before = _saved(launch, dist_backend, tmp_path_factory)
     after = launch(dist_backend, world_size, load_and_continue, folder)[0]
-    # precision is decided on the global tensor: the weights of 11137, 77056 and 8192 elements and the
-    # overridden bias are quantized on every world size (on 4 ranks the first's shards of 76 x 37 elements
+    # precision is decided on the global tensor: the weights of 11438, 77056 and 8192 elements and the
+    # overridden bias are quantized on every world size (on 4 ranks the first's shards of 76 x 38 elements
     # are below min_8bit_size), the other biases and the 96-element weight are not
     want = _quantized_slots(before[8]["layout"])
     assert [i for i, n in want if n == "exp_avg"] == [0, 2, 3, 4]
     assert _quantized_slots(after[8]["layout"]) == want
-    assert after[8]["layout"][0]["numel"] == {1: 301 * 37, 4: 76 * 37}[world_size]
+    assert after[8]["layout"][0]["numel"] == {1: 301 * 38, 4: 76 * 38}[world_size]
     for bits in BITS:
         saved, loaded = before[bits]["dequantized"], after[bits]["dequantized"]
         q_saved, q_loaded = before[bits]["quantized"], after[bits]["quantized"]
@@ -327,7 +328,7 @@ def hsdp_round_trip(ctx) -> bool:
 
     def build():
         torch.manual_seed(0)
-        fulls = [torch.randn(301, 37), torch.randn(64, 256), torch.randn(1000)]
+        fulls = [torch.randn(301, 38), torch.randn(64, 256), torch.randn(1000)]  # rows of 38: packed 4-bit codes, table
         ps = [torch.nn.Parameter(distribute_tensor(f, mesh, pl)) for f, pl in zip(fulls, placements)]
         return ps, ot.AdamW(ps, lr=1e-2, bits=4, min_8bit_size=0)
 
