@@ -1,0 +1,238 @@
+#pragma once
+// The AVX2 encoder and decoder pieces (8 lanes): the level search, the closed-form encoder for 256-entry
+// maps (the AVX-512 design, closed_form.hpp), the stochastic encoder of 16-entry maps and the 4-bit
+// decode. Codes are those of the scalar search, bit for bit (bench/encoder_check.cpp --isa avx2).
+// Included by encode.hpp inside its ISA namespace, after Levels; no includes of its own.
+
+#if defined(OCTOPT_ISA_AVX2)
+
+// Lane i of a 32-entry table t at index j[i] (bits 0..4 of j are read): a permute of each 8-entry
+// quarter, then blends by bits 3 and 4. The tables are memory operands of the permutes (16 ymm registers
+// do not hold the closed form's five tables). Measured against one gather per table: see docs/decisions.md.
+inline __m256 lut32_ps(const float* t, __m256i j) {
+  const __m256 b3 = _mm256_castsi256_ps(_mm256_slli_epi32(j, 28));
+  const __m256 b4 = _mm256_castsi256_ps(_mm256_slli_epi32(j, 27));
+  const __m256 lo = _mm256_blendv_ps(_mm256_permutevar8x32_ps(_mm256_load_ps(t), j),
+                                     _mm256_permutevar8x32_ps(_mm256_load_ps(t + 8), j), b3);
+  const __m256 hi = _mm256_blendv_ps(_mm256_permutevar8x32_ps(_mm256_load_ps(t + 16), j),
+                                     _mm256_permutevar8x32_ps(_mm256_load_ps(t + 24), j), b3);
+  return _mm256_blendv_ps(lo, hi, b4);
+}
+
+inline __m256i lut32_epi32(const std::int32_t* t, __m256i j) {
+  return _mm256_castps_si256(lut32_ps(reinterpret_cast<const float*>(t), j));
+}
+
+// Lane i of a 16-entry table at index j[i] (0..15).
+inline __m256 lut16_ps(__m256 t0, __m256 t1, __m256i j) {
+  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, j), _mm256_permutevar8x32_ps(t1, j),
+                          _mm256_castsi256_ps(_mm256_slli_epi32(j, 28)));
+}
+
+// Codebook::nonzero_floor on 8 lanes: a positive value whose code is a zero entry gets the floor.
+inline __m256i apply_floor8(const Codebook& cb, __m256 r, __m256i c) {
+  if (cb.nonzero_floor < 0) return c;
+  const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(r, _mm256_setzero_ps(), _CMP_GT_OQ));
+  const __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(cb.zero_lo), c),
+                                         _mm256_cmpgt_epi32(_mm256_set1_epi32(cb.zero_hi + 1), c));
+  return _mm256_blendv_epi8(c, _mm256_set1_epi32(cb.nonzero_floor), _mm256_and_si256(pos, in));
+}
+
+// The level search (encode.hpp, Levels) on 8 lanes: the number of level-ordered entries <= r among the
+// first size - 1. Small levels from registers (permutes), the two largest by gathers.
+inline __m256i search_levels8(const float* lv, int size, __m256 r) {
+  __m256i c = _mm256_setzero_si256();
+  for (int s = size / 2; s >= 1; s /= 2) {
+    const int off = size / (2 * s) - 1;
+    const int entries = size / (2 * s);
+    const __m256i j = _mm256_srlv_epi32(c, _mm256_set1_epi32(__builtin_ctz(unsigned(2 * s))));
+    __m256 t;
+    if (entries <= 8) {
+      t = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lv + off), j);
+    } else if (entries == 16) {
+      t = lut16_ps(_mm256_loadu_ps(lv + off), _mm256_loadu_ps(lv + off + 8), j);
+    } else if (entries == 32) {
+      __m256 q[4];
+      for (int k = 0; k < 4; ++k) q[k] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lv + off + 8 * k), j);
+      const __m256 b3 = _mm256_castsi256_ps(_mm256_slli_epi32(j, 28));
+      const __m256 b4 = _mm256_castsi256_ps(_mm256_slli_epi32(j, 27));
+      t = _mm256_blendv_ps(_mm256_blendv_ps(q[0], q[1], b3), _mm256_blendv_ps(q[2], q[3], b3), b4);
+    } else {
+      t = _mm256_i32gather_ps(lv + off, j, 4);
+    }
+    const __m256 le = _mm256_cmp_ps(t, r, _CMP_LE_OQ);
+    c = _mm256_sub_epi32(c, _mm256_and_si256(_mm256_castps_si256(le), _mm256_set1_epi32(-s)));
+  }
+  return c;
+}
+
+// The low bytes of 8 lanes, in order, as the low 8 bytes of the result.
+inline __m128i codes8(__m256i c) {
+  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+  return _mm_packus_epi16(w, w);
+}
+
+// The low bytes of 4 x 8 lanes, in order (32 codes).
+inline __m256i codes32(const __m256i* c) {
+  const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(c[0], c[1]), _mm256_packus_epi32(c[2], c[3]));
+  return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+inline void store_codes8(std::uint8_t* out, __m256i c, int n) {
+  const __m128i b = codes8(c);
+  if (n >= 8) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), b);
+  } else {
+    alignas(16) std::uint8_t tmp[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b);
+    std::memcpy(out, tmp, std::size_t(n));
+  }
+}
+
+// Lanes [0, n) set, n in [0, 8]: the mask of a partial vector.
+inline __m256i lane_mask8(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// The closed-form tables (closed_form.hpp) as the AVX2 kernel reads them: lo and hi in one table (lo |
+// hi << 16), one lookup instead of two.
+struct ClosedForm8 {
+  const ClosedForm& cf;
+  alignas(32) std::int32_t lohi[kMaxRuns];
+  __m256 width;
+  explicit ClosedForm8(const ClosedForm& c) : cf(c) {
+    for (int k = 0; k < kMaxRuns; ++k) lohi[k] = cf.lo[k] | (cf.hi[k] << 16);
+    width = _mm256_set1_ps(cf.width);
+  }
+};
+
+// The closed form on U vectors of 8 lanes, stage by stage across them (each vector's stages are one
+// dependent chain): the codes, and per vector the lanes (all ones) the search must settle.
+template <int U>
+inline void closed_form8(const ClosedForm8& R, const __m256* r, __m256i* code, __m256* unsure) {
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 a[U], t[U];
+  __m256i bin[U], run[U];
+  for (int u = 0; u < U; ++u) {
+    a[u] = _mm256_and_ps(r[u], absmask);
+    // as closed_form16 (encode.hpp): the biased exponent / 2 less kBinBias / 2, clamped at 0 by a saturating
+    // 16-bit subtraction; the permutes and blends read bits 0..4 only (a NaN lane goes to the search anyway)
+    const __m256i h = _mm256_srli_epi32(_mm256_castps_si256(a[u]), 24);
+    bin[u] = _mm256_subs_epu16(h, _mm256_set1_epi32(kBinBias / 2));
+    bin[u] = _mm256_or_si256(bin[u],
+                             _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(r[u], _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                              _mm256_set1_epi32(kBins)));
+  }
+  for (int u = 0; u < U; ++u) {
+    t[u] = lut32_ps(R.cf.up, bin[u]);
+    run[u] = lut32_epi32(R.cf.run, bin[u]);
+  }
+  for (int u = 0; u < U; ++u)
+    run[u] = _mm256_sub_epi32(run[u], _mm256_castps_si256(_mm256_cmp_ps(a[u], t[u], _CMP_GE_OQ)));
+  __m256 x[U];
+  for (int u = 0; u < U; ++u) x[u] = _mm256_fmadd_ps(a[u], lut32_ps(R.cf.A, run[u]), lut32_ps(R.cf.B, run[u]));
+  for (int u = 0; u < U; ++u) {
+    const __m256 d = _mm256_sub_ps(x[u], _mm256_floor_ps(x[u]));
+    unsure[u] = _mm256_cmp_ps(d, R.width, _CMP_NGE_UQ);  // NaN (r not finite) too
+    const __m256i lh = lut32_epi32(R.lohi, run[u]);
+    code[u] =
+        _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(x[u]), _mm256_and_si256(lh, _mm256_set1_epi32(0xffff))),
+                         _mm256_srli_epi32(lh, 16));
+  }
+}
+
+// Nearest codes of a block of a 256-entry map with closed-form tables, 32 codes at a time, then 8; a group
+// with an unsure lane is redone by the level search (rare: ~0.1% of the vectors of an optimizer step).
+// Requires |v[i]| <= scale (absmax scaling), as the AVX-512 kernel.
+inline void encode_block_closed_form8(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
+                                      std::uint8_t* codes) {
+  const ClosedForm8 R(L.cf);
+  const __m256 vs = _mm256_set1_ps(scale);
+  int i = 0;
+  for (; i + 32 <= len; i += 32) {
+    __m256 r[4], unsure[4];
+    __m256i c[4];
+    for (int u = 0; u < 4; ++u) r[u] = _mm256_div_ps(_mm256_loadu_ps(v + i + 8 * u), vs);
+    closed_form8<4>(R, r, c, unsure);
+    const __m256 any = _mm256_or_ps(_mm256_or_ps(unsure[0], unsure[1]), _mm256_or_ps(unsure[2], unsure[3]));
+    if (__builtin_expect(!_mm256_testz_ps(any, any), 0))
+      for (int u = 0; u < 4; ++u) c[u] = apply_floor8(cb, r[u], search_levels8(L.lvl, 256, r[u]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), codes32(c));
+  }
+  for (; i < len; i += 8) {
+    const int n = len - i;
+    const __m256i m = lane_mask8(n);
+    __m256 r = _mm256_div_ps(_mm256_maskload_ps(v + i, m), vs);
+    __m256 unsure;
+    __m256i c;
+    closed_form8<1>(R, &r, &c, &unsure);
+    unsure = _mm256_and_ps(unsure, _mm256_castsi256_ps(m));
+    if (__builtin_expect(!_mm256_testz_ps(unsure, unsure), 0)) c = apply_floor8(cb, r, search_levels8(L.lvl, 256, r));
+    store_codes8(codes + i, c, n);
+  }
+}
+
+// uniform01(key, index0 + i) for i = 0..7, as the scalar generator. AVX2 has no 64-bit multiply: each
+// product is three 32 x 32 -> 64-bit ones (lo * lo, and the two cross terms, whose high halves drop out).
+// Lane i adds i * golden to the first lane's Weyl value (mod 2^64), so no multiply by the index.
+inline __m256i mullo64(__m256i a, std::uint64_t b) {
+  const __m256i bl = _mm256_set1_epi64x(std::int64_t(b & 0xffffffffu));
+  const __m256i bh = _mm256_set1_epi64x(std::int64_t(b >> 32));
+  const __m256i ll = _mm256_mul_epu32(a, bl);
+  const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), bl), _mm256_mul_epu32(a, bh));
+  return _mm256_add_epi64(ll, _mm256_slli_epi64(cross, 32));
+}
+
+inline __m256 uniform8(std::uint64_t key, std::uint64_t index0) {
+  const std::uint64_t base = key + (index0 + 1) * kGolden64;
+  __m256i z[2];
+  for (int k = 0; k < 2; ++k) {
+    const std::uint64_t g0 = base + kGolden64 * std::uint64_t(4 * k);
+    z[k] = _mm256_setr_epi64x(std::int64_t(g0), std::int64_t(g0 + kGolden64), std::int64_t(g0 + 2 * kGolden64),
+                              std::int64_t(g0 + 3 * kGolden64));
+    z[k] = mullo64(_mm256_xor_si256(z[k], _mm256_srli_epi64(z[k], 30)), 0xBF58476D1CE4E5B9ull);
+    z[k] = mullo64(_mm256_xor_si256(z[k], _mm256_srli_epi64(z[k], 27)), 0x94D049BB133111EBull);
+  }
+  // bits 40..63 (the finalizer's last xor-shift leaves them unchanged): the high halves, in lane order
+  const __m256i odd = _mm256_setr_epi32(1, 3, 5, 7, 0, 0, 0, 0);
+  const __m256i hi =
+      _mm256_permute2x128_si256(_mm256_permutevar8x32_epi32(z[0], odd), _mm256_permutevar8x32_epi32(z[1], odd), 0x20);
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 8)), _mm256_set1_ps(5.9604644775390625e-08f));
+}
+
+// stochastic_code for 8 lanes of a 16-entry map (the sign rule is a no-op here: L.simd).
+inline __m256i stochastic16_8(const Codebook& cb, const Levels& L, __m256 r, __m256 u) {
+  const __m256 V0 = _mm256_loadu_ps(cb.values), V1 = _mm256_loadu_ps(cb.values + 8);
+  __m256i cnt = search_levels8(L.vals, 16, r);  // values <= r among the first 15
+  const __m256i one = _mm256_set1_epi32(1);
+  cnt = _mm256_sub_epi32(cnt, _mm256_castps_si256(_mm256_cmp_ps(_mm256_set1_ps(cb.values[15]), r, _CMP_LE_OQ)));
+  const __m256i lo = _mm256_max_epi32(_mm256_sub_epi32(cnt, one), _mm256_setzero_si256());
+  const __m256i hi = _mm256_min_epi32(cnt, _mm256_set1_epi32(15));
+  const __m256 vlo = lut16_ps(V0, V1, lo), vhi = lut16_ps(V0, V1, hi);
+  // below the first value (cnt 0) and from the last one up (cnt 16) lo == hi, the one code there is
+  const __m256 p = _mm256_div_ps(_mm256_sub_ps(r, vlo), _mm256_sub_ps(vhi, vlo));
+  return apply_floor8(cb, r, _mm256_blendv_epi8(lo, hi, _mm256_castps_si256(_mm256_cmp_ps(u, p, _CMP_LT_OQ))));
+}
+
+inline void encode_block_stochastic16(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
+                                      std::uint64_t key, std::int64_t i0, std::uint8_t* codes) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  for (int i = 0; i < len; i += 8) {
+    const int n = len - i;
+    const __m256 r = _mm256_div_ps(_mm256_maskload_ps(v + i, lane_mask8(n)), vs);
+    store_codes8(codes + i, stochastic16_8(cb, L, r, uniform8(key, std::uint64_t(i0 + i))), n);
+  }
+}
+
+// values[c] * a for a block of codes of a 16-entry map: the map in two registers, permutes instead of gathers.
+inline int decode_block16(const Codebook& cb, const std::uint8_t* codes, int len, float a, float* out) {
+  const __m256 V0 = _mm256_loadu_ps(cb.values), V1 = _mm256_loadu_ps(cb.values + 8), va = _mm256_set1_ps(a);
+  int i = 0;
+  for (; i + 8 <= len; i += 8) {
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(lut16_ps(V0, V1, c), va));
+  }
+  return i;
+}
+
+#endif
