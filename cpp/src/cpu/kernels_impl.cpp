@@ -330,6 +330,7 @@ inline void prefetch_ahead(const StepTensor& slot, std::int64_t b, std::int64_t 
 }
 
 #include "adam_blocks.hpp"
+#include "adam_blocks_avx2.hpp"
 
 template <OptimKind K, DType P, DType G>
 std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int64_t b0, std::int64_t b1,
@@ -341,7 +342,7 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
   for (int k = 0; k < kStates; ++k)
     if (slot.state[k].data && slot.state[k].bits != 32) levels[k] = &levels_for(cfg.codebooks[slot.state[k].codebook]);
   const bool vbmi = active().vbmi;
-#if defined(OCTOPT_ISA_AVX512)
+#if defined(OCTOPT_ISA_AVX512) || defined(OCTOPT_ISA_AVX2)
   if constexpr ((K == OptimKind::adam || K == OptimKind::adamw) && P == DType::f32 && G == DType::f32) {
     if (phase == OptimPhase::single && adam_fused_applies(cfg, slot))
       return adam_fused_blocks<K == OptimKind::adamw>(cfg, slot, levels, vbmi, b0, b1);
