@@ -19,10 +19,6 @@ inline __m256 lut32_ps(const float* t, __m256i j) {
   return _mm256_blendv_ps(lo, hi, b4);
 }
 
-inline __m256i lut32_epi32(const std::int32_t* t, __m256i j) {
-  return _mm256_castps_si256(lut32_ps(reinterpret_cast<const float*>(t), j));
-}
-
 // Lane i of a 16-entry table at index j[i] (0..15).
 inline __m256 lut16_ps(__m256 t0, __m256 t1, __m256i j) {
   return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, j), _mm256_permutevar8x32_ps(t1, j),
@@ -94,14 +90,31 @@ inline __m256i lane_mask8(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// The closed-form tables (closed_form.hpp) as the AVX2 kernel reads them: lo and hi in one table (lo |
-// hi << 16), one lookup instead of two.
+// Lane i of a 32-entry byte table (t0: entries 0..15, t1: 16..31, each in both 128-bit halves) at index
+// j[i] (bits 0..4 read), zero-extended: byte shuffles, which run on more ports than the lane-crossing permutes.
+inline __m256i lut32_u8(__m256i t0, __m256i t1, __m256i j) {
+  const __m256i jj = _mm256_or_si256(j, _mm256_set1_epi32(std::int32_t(0x80808000u)));  // bytes 1..3 read as zero
+  return _mm256_blendv_epi8(_mm256_shuffle_epi8(t0, jj), _mm256_shuffle_epi8(t1, jj), _mm256_slli_epi32(j, 3));
+}
+
+// The closed-form tables (closed_form.hpp) as the AVX2 kernel reads them: the float tables from memory (operands of
+// the permutes), the run, lo and hi tables as bytes in registers.
 struct ClosedForm8 {
   const ClosedForm& cf;
-  alignas(32) std::int32_t lohi[kMaxRuns];
+  __m256i run[2], lo[2], hi[2];
   __m256 width;
   explicit ClosedForm8(const ClosedForm& c) : cf(c) {
-    for (int k = 0; k < kMaxRuns; ++k) lohi[k] = cf.lo[k] | (cf.hi[k] << 16);
+    static_assert(2 * kBins == 32 && kMaxRuns == 32, "32-entry byte tables");
+    alignas(16) std::uint8_t b[3][32];
+    for (int k = 0; k < kMaxRuns; ++k) {
+      b[0][k] = std::uint8_t(cf.run[k]);
+      b[1][k] = std::uint8_t(cf.lo[k]);
+      b[2][k] = std::uint8_t(cf.hi[k]);
+    }
+    __m256i* t[3] = {run, lo, hi};
+    for (int q = 0; q < 3; ++q)
+      for (int h = 0; h < 2; ++h)
+        t[q][h] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(b[q] + 16 * h)));
     width = _mm256_set1_ps(cf.width);
   }
 };
@@ -125,7 +138,7 @@ inline void closed_form8(const ClosedForm8& R, const __m256* r, __m256i* code, _
   }
   for (int u = 0; u < U; ++u) {
     t[u] = lut32_ps(R.cf.up, bin[u]);
-    run[u] = lut32_epi32(R.cf.run, bin[u]);
+    run[u] = lut32_u8(R.run[0], R.run[1], bin[u]);
   }
   for (int u = 0; u < U; ++u)
     run[u] = _mm256_sub_epi32(run[u], _mm256_castps_si256(_mm256_cmp_ps(a[u], t[u], _CMP_GE_OQ)));
@@ -134,10 +147,8 @@ inline void closed_form8(const ClosedForm8& R, const __m256* r, __m256i* code, _
   for (int u = 0; u < U; ++u) {
     const __m256 d = _mm256_sub_ps(x[u], _mm256_floor_ps(x[u]));
     unsure[u] = _mm256_cmp_ps(d, R.width, _CMP_NGE_UQ);  // NaN (r not finite) too
-    const __m256i lh = lut32_epi32(R.lohi, run[u]);
-    code[u] =
-        _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(x[u]), _mm256_and_si256(lh, _mm256_set1_epi32(0xffff))),
-                         _mm256_srli_epi32(lh, 16));
+    code[u] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(x[u]), lut32_u8(R.lo[0], R.lo[1], run[u])),
+                               lut32_u8(R.hi[0], R.hi[1], run[u]));
   }
 }
 
@@ -172,55 +183,112 @@ inline void encode_block_closed_form8(const Codebook& cb, const Levels& L, const
   }
 }
 
-// uniform01(key, index0 + i) for i = 0..7, as the scalar generator. AVX2 has no 64-bit multiply: each
-// product is three 32 x 32 -> 64-bit ones (lo * lo, and the two cross terms, whose high halves drop out).
-// Lane i adds i * golden to the first lane's Weyl value (mod 2^64), so no multiply by the index.
-inline __m256i mullo64(__m256i a, std::uint64_t b) {
-  const __m256i bl = _mm256_set1_epi64x(std::int64_t(b & 0xffffffffu));
-  const __m256i bh = _mm256_set1_epi64x(std::int64_t(b >> 32));
-  const __m256i ll = _mm256_mul_epu32(a, bl);
-  const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), bl), _mm256_mul_epu32(a, bh));
-  return _mm256_add_epi64(ll, _mm256_slli_epi64(cross, 32));
-}
-
-inline __m256 uniform8(std::uint64_t key, std::uint64_t index0) {
-  const std::uint64_t base = key + (index0 + 1) * kGolden64;
+// The counter-based generator (rng.hpp: SplitMix64's finalizer on the Weyl sequence key + (index + 1) * golden)
+// for 8 consecutive indices, two vectors of 4 64-bit lanes, as the scalar one bit for bit. AVX2 has no 64-bit
+// multiply: a product mod 2^64 is lo * lo (_mm256_mul_epu32) plus the two cross terms, which one 32-bit
+// multiply by the constant with its halves swapped gives; of the last product only the high half is used
+// (bits 40..63 of the result; the finalizer's last xor-shift leaves them as they are), so its low half is
+// never formed. The Weyl values advance by 8 * golden per vector pair: no multiply by the index.
+struct Uniform8 {
   __m256i z[2];
-  for (int k = 0; k < 2; ++k) {
-    const std::uint64_t g0 = base + kGolden64 * std::uint64_t(4 * k);
-    z[k] = _mm256_setr_epi64x(std::int64_t(g0), std::int64_t(g0 + kGolden64), std::int64_t(g0 + 2 * kGolden64),
-                              std::int64_t(g0 + 3 * kGolden64));
-    z[k] = mullo64(_mm256_xor_si256(z[k], _mm256_srli_epi64(z[k], 30)), 0xBF58476D1CE4E5B9ull);
-    z[k] = mullo64(_mm256_xor_si256(z[k], _mm256_srli_epi64(z[k], 27)), 0x94D049BB133111EBull);
+  explicit Uniform8(std::uint64_t key, std::uint64_t index0) {
+    const std::uint64_t base = key + (index0 + 1) * kGolden64;
+    for (int k = 0; k < 2; ++k) {
+      const std::uint64_t g0 = base + kGolden64 * std::uint64_t(4 * k);
+      z[k] = _mm256_setr_epi64x(std::int64_t(g0), std::int64_t(g0 + kGolden64), std::int64_t(g0 + 2 * kGolden64),
+                                std::int64_t(g0 + 3 * kGolden64));
+    }
   }
-  // bits 40..63 (the finalizer's last xor-shift leaves them unchanged): the high halves, in lane order
-  const __m256i odd = _mm256_setr_epi32(1, 3, 5, 7, 0, 0, 0, 0);
-  const __m256i hi =
-      _mm256_permute2x128_si256(_mm256_permutevar8x32_epi32(z[0], odd), _mm256_permutevar8x32_epi32(z[1], odd), 0x20);
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 8)), _mm256_set1_ps(5.9604644775390625e-08f));
-}
+  // a * b mod 2^64 per 64-bit lane; bl = b's low half in every lane, bs = b's halves swapped (hi, lo) per lane
+  static __m256i mullo64(__m256i a, __m256i bl, __m256i bs) {
+    const __m256i cross = _mm256_mullo_epi32(a, bs);  // a_lo * b_hi, a_hi * b_lo (mod 2^32)
+    const __m256i sum = _mm256_add_epi32(cross, _mm256_srli_epi64(cross, 32));
+    return _mm256_add_epi64(_mm256_mul_epu32(a, bl), _mm256_slli_epi64(sum, 32));
+  }
+  // the high 32 bits of a * b (mod 2^32) in the odd 32-bit elements; the even ones are garbage
+  static __m256i mulhi64(__m256i a, __m256i bl, __m256i bs) {
+    const __m256i cross = _mm256_mullo_epi32(a, bs);
+    return _mm256_add_epi32(_mm256_add_epi32(_mm256_mul_epu32(a, bl), cross), _mm256_slli_epi64(cross, 32));
+  }
+  // the 8 uniforms of this position, then the position advanced by 8
+  __m256 next() {
+    const __m256i m1l = _mm256_set1_epi64x(std::int64_t(0x1CE4E5B9u));
+    const __m256i m1s = _mm256_set1_epi64x(std::int64_t(0x1CE4E5B9BF58476Dull));
+    const __m256i m2l = _mm256_set1_epi64x(std::int64_t(0x133111EBu));
+    const __m256i m2s = _mm256_set1_epi64x(std::int64_t(0x133111EB94D049BBull));
+    __m256i h[2];
+    for (int k = 0; k < 2; ++k) {
+      __m256i x = mullo64(_mm256_xor_si256(z[k], _mm256_srli_epi64(z[k], 30)), m1l, m1s);
+      h[k] = mulhi64(_mm256_xor_si256(x, _mm256_srli_epi64(x, 27)), m2l, m2s);
+      z[k] = _mm256_add_epi64(z[k], _mm256_set1_epi64x(std::int64_t(kGolden64 * 8u)));
+    }
+    // the high halves of the 8 lanes in order: odd elements of h[0] then of h[1]
+    const __m256i odd = _mm256_setr_epi32(1, 3, 5, 7, 0, 0, 0, 0);
+    const __m256i hi =
+        _mm256_permute2x128_si256(_mm256_permutevar8x32_epi32(h[0], odd), _mm256_permutevar8x32_epi32(h[1], odd), 0x20);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 8)), _mm256_set1_ps(5.9604644775390625e-08f));
+  }
+};
 
-// stochastic_code for 8 lanes of a 16-entry map (the sign rule is a no-op here: L.simd).
-inline __m256i stochastic16_8(const Codebook& cb, const Levels& L, __m256 r, __m256 u) {
+// stochastic_code for U vectors of 8 lanes of a 16-entry map (the sign rule is a no-op here: L.simd), stage by
+// stage across the vectors (each one's search, lookups and division are one dependent chain), the map in registers.
+template <int U>
+inline void stochastic16_8(const Codebook& cb, const Levels& L, const __m256* r, const __m256* u, __m256i* code) {
+  const __m256 l8 = _mm256_set1_ps(L.vals[0]), l4 = _mm256_loadu_ps(L.vals + 1), l2 = _mm256_loadu_ps(L.vals + 3);
+  const __m256 l1 = _mm256_loadu_ps(L.vals + 7), last = _mm256_set1_ps(cb.values[15]);
   const __m256 V0 = _mm256_loadu_ps(cb.values), V1 = _mm256_loadu_ps(cb.values + 8);
-  __m256i cnt = search_levels8(L.vals, 16, r);  // values <= r among the first 15
   const __m256i one = _mm256_set1_epi32(1);
-  cnt = _mm256_sub_epi32(cnt, _mm256_castps_si256(_mm256_cmp_ps(_mm256_set1_ps(cb.values[15]), r, _CMP_LE_OQ)));
-  const __m256i lo = _mm256_max_epi32(_mm256_sub_epi32(cnt, one), _mm256_setzero_si256());
-  const __m256i hi = _mm256_min_epi32(cnt, _mm256_set1_epi32(15));
-  const __m256 vlo = lut16_ps(V0, V1, lo), vhi = lut16_ps(V0, V1, hi);
-  // below the first value (cnt 0) and from the last one up (cnt 16) lo == hi, the one code there is
-  const __m256 p = _mm256_div_ps(_mm256_sub_ps(r, vlo), _mm256_sub_ps(vhi, vlo));
-  return apply_floor8(cb, r, _mm256_blendv_epi8(lo, hi, _mm256_castps_si256(_mm256_cmp_ps(u, p, _CMP_LT_OQ))));
+  __m256i c[U];
+  // the level search: count += s where the level's entry is <= r (the compare's all-ones is -1)
+  for (int k = 0; k < U; ++k)
+    c[k] = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(l8, r[k], _CMP_LE_OQ)), _mm256_set1_epi32(8));
+  for (int k = 0; k < U; ++k)
+    c[k] = _mm256_sub_epi32(
+        c[k], _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(
+                                   _mm256_permutevar8x32_ps(l4, _mm256_srli_epi32(c[k], 3)), r[k], _CMP_LE_OQ)),
+                               _mm256_set1_epi32(-4)));
+  for (int k = 0; k < U; ++k)
+    c[k] = _mm256_sub_epi32(
+        c[k], _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(
+                                   _mm256_permutevar8x32_ps(l2, _mm256_srli_epi32(c[k], 2)), r[k], _CMP_LE_OQ)),
+                               _mm256_set1_epi32(-2)));
+  for (int k = 0; k < U; ++k)
+    c[k] = _mm256_sub_epi32(c[k], _mm256_castps_si256(_mm256_cmp_ps(
+                                      _mm256_permutevar8x32_ps(l1, _mm256_srli_epi32(c[k], 1)), r[k], _CMP_LE_OQ)));
+  for (int k = 0; k < U; ++k) {
+    const __m256i cnt = _mm256_sub_epi32(c[k], _mm256_castps_si256(_mm256_cmp_ps(last, r[k], _CMP_LE_OQ)));
+    const __m256i lo = _mm256_max_epi32(_mm256_sub_epi32(cnt, one), _mm256_setzero_si256());
+    const __m256i hi = _mm256_min_epi32(cnt, _mm256_set1_epi32(15));
+    const __m256 vlo = lut16_ps(V0, V1, lo), vhi = lut16_ps(V0, V1, hi);
+    // below the first value (cnt 0) and from the last one up (cnt 16) lo == hi, the one code there is
+    const __m256 p = _mm256_div_ps(_mm256_sub_ps(r[k], vlo), _mm256_sub_ps(vhi, vlo));
+    code[k] =
+        apply_floor8(cb, r[k], _mm256_blendv_epi8(lo, hi, _mm256_castps_si256(_mm256_cmp_ps(u[k], p, _CMP_LT_OQ))));
+  }
 }
 
 inline void encode_block_stochastic16(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
                                       std::uint64_t key, std::int64_t i0, std::uint8_t* codes) {
   const __m256 vs = _mm256_set1_ps(scale);
-  for (int i = 0; i < len; i += 8) {
+  Uniform8 rng(key, std::uint64_t(i0));
+  int i = 0;
+  for (; i + 32 <= len; i += 32) {
+    __m256 r[4], u[4];
+    __m256i c[4];
+    for (int k = 0; k < 4; ++k) {
+      r[k] = _mm256_div_ps(_mm256_loadu_ps(v + i + 8 * k), vs);
+      u[k] = rng.next();
+    }
+    stochastic16_8<4>(cb, L, r, u, c);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), codes32(c));
+  }
+  for (; i < len; i += 8) {
     const int n = len - i;
     const __m256 r = _mm256_div_ps(_mm256_maskload_ps(v + i, lane_mask8(n)), vs);
-    store_codes8(codes + i, stochastic16_8(cb, L, r, uniform8(key, std::uint64_t(i0 + i))), n);
+    const __m256 u = rng.next();
+    __m256i c;
+    stochastic16_8<1>(cb, L, &r, &u, &c);
+    store_codes8(codes + i, c, n);
   }
 }
 
