@@ -103,7 +103,11 @@ struct ClosedForm8 {
   const ClosedForm& cf;
   __m256i run[2], lo[2], hi[2];
   __m256 width;
+  bool pos16;  // every run a positive r reaches is among the first 16: closed_form8_pos applies
   explicit ClosedForm8(const ClosedForm& c) : cf(c) {
+    int top = 0;
+    for (int b = 0; b < kBins; ++b) top = std::max(top, cf.run[b] + (cf.up[b] <= 3.0e38f ? 1 : 0));
+    pos16 = top < 16;
     static_assert(2 * kBins == 32 && kMaxRuns == 32, "32-entry byte tables");
     alignas(16) std::uint8_t b[3][32];
     for (int k = 0; k < kMaxRuns; ++k) {
@@ -152,6 +156,33 @@ inline void closed_form8(const ClosedForm8& R, const __m256* r, __m256i* code, _
   }
 }
 
+// closed_form8 for vectors whose lanes are all > 0 (a second moment's, nearly always): the positive side's 16 bins
+// and (pos16) 16 runs, so each float table is two permutes and a blend, each byte table one shuffle.
+template <int U>
+inline void closed_form8_pos(const ClosedForm8& R, const __m256* r, __m256i* code, __m256* unsure) {
+  const __m256i z = _mm256_set1_epi32(std::int32_t(0x80808000u));  // bytes 1..3 of an index read as zero
+  auto lut16 = [](const float* t, __m256i j) {
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(_mm256_load_ps(t), j),
+                            _mm256_permutevar8x32_ps(_mm256_load_ps(t + 8), j),
+                            _mm256_castsi256_ps(_mm256_slli_epi32(j, 28)));
+  };
+  __m256i bin[U], run[U];
+  __m256 x[U];
+  for (int u = 0; u < U; ++u) {
+    bin[u] = _mm256_subs_epu16(_mm256_srli_epi32(_mm256_castps_si256(r[u]), 24), _mm256_set1_epi32(kBinBias / 2));
+    run[u] = _mm256_sub_epi32(_mm256_shuffle_epi8(R.run[0], _mm256_or_si256(bin[u], z)),
+                              _mm256_castps_si256(_mm256_cmp_ps(r[u], lut16(R.cf.up, bin[u]), _CMP_GE_OQ)));
+  }
+  for (int u = 0; u < U; ++u) x[u] = _mm256_fmadd_ps(r[u], lut16(R.cf.A, run[u]), lut16(R.cf.B, run[u]));
+  for (int u = 0; u < U; ++u) {
+    const __m256 d = _mm256_sub_ps(x[u], _mm256_floor_ps(x[u]));
+    unsure[u] = _mm256_cmp_ps(d, R.width, _CMP_NGE_UQ);
+    const __m256i j = _mm256_or_si256(run[u], z);
+    code[u] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(x[u]), _mm256_shuffle_epi8(R.lo[0], j)),
+                               _mm256_shuffle_epi8(R.hi[0], j));
+  }
+}
+
 // Nearest codes of a block of a 256-entry map with closed-form tables, 32 codes at a time, then 8; a group
 // with an unsure lane is redone by the level search (rare: ~0.1% of the vectors of an optimizer step).
 // Requires |v[i]| <= scale (absmax scaling), as the AVX-512 kernel.
@@ -164,7 +195,15 @@ inline void encode_block_closed_form8(const Codebook& cb, const Levels& L, const
     __m256 r[4], unsure[4];
     __m256i c[4];
     for (int u = 0; u < 4; ++u) r[u] = _mm256_div_ps(_mm256_loadu_ps(v + i + 8 * u), vs);
-    closed_form8<4>(R, r, c, unsure);
+    // all 32 lanes > 0 (no sign bit, not zero; a NaN lane fails the compare)
+    const __m256 le0 = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(r[0], _mm256_setzero_ps(), _CMP_NGT_UQ),
+                                                 _mm256_cmp_ps(r[1], _mm256_setzero_ps(), _CMP_NGT_UQ)),
+                                    _mm256_or_ps(_mm256_cmp_ps(r[2], _mm256_setzero_ps(), _CMP_NGT_UQ),
+                                                 _mm256_cmp_ps(r[3], _mm256_setzero_ps(), _CMP_NGT_UQ)));
+    if (R.pos16 && _mm256_testz_ps(le0, le0))
+      closed_form8_pos<4>(R, r, c, unsure);
+    else
+      closed_form8<4>(R, r, c, unsure);
     const __m256 any = _mm256_or_ps(_mm256_or_ps(unsure[0], unsure[1]), _mm256_or_ps(unsure[2], unsure[3]));
     if (__builtin_expect(!_mm256_testz_ps(any, any), 0))
       for (int u = 0; u < 4; ++u) c[u] = apply_floor8(cb, r[u], search_levels8(L.lvl, 256, r[u]));
