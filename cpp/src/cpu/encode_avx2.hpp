@@ -161,19 +161,18 @@ inline void closed_form8(const ClosedForm8& R, const __m256* r, __m256i* code, _
 template <int U>
 inline void closed_form8_pos(const ClosedForm8& R, const __m256* r, __m256i* code, __m256* unsure) {
   const __m256i z = _mm256_set1_epi32(std::int32_t(0x80808000u));  // bytes 1..3 of an index read as zero
-  auto lut16 = [](const float* t, __m256i j) {
-    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(_mm256_load_ps(t), j),
-                            _mm256_permutevar8x32_ps(_mm256_load_ps(t + 8), j),
-                            _mm256_castsi256_ps(_mm256_slli_epi32(j, 28)));
-  };
   __m256i bin[U], run[U];
   __m256 x[U];
   for (int u = 0; u < U; ++u) {
     bin[u] = _mm256_subs_epu16(_mm256_srli_epi32(_mm256_castps_si256(r[u]), 24), _mm256_set1_epi32(kBinBias / 2));
-    run[u] = _mm256_sub_epi32(_mm256_shuffle_epi8(R.run[0], _mm256_or_si256(bin[u], z)),
-                              _mm256_castps_si256(_mm256_cmp_ps(r[u], lut16(R.cf.up, bin[u]), _CMP_GE_OQ)));
+    run[u] = _mm256_sub_epi32(
+        _mm256_shuffle_epi8(R.run[0], _mm256_or_si256(bin[u], z)),
+        _mm256_castps_si256(
+            _mm256_cmp_ps(r[u], lut16_ps(_mm256_load_ps(R.cf.up), _mm256_load_ps(R.cf.up + 8), bin[u]), _CMP_GE_OQ)));
   }
-  for (int u = 0; u < U; ++u) x[u] = _mm256_fmadd_ps(r[u], lut16(R.cf.A, run[u]), lut16(R.cf.B, run[u]));
+  for (int u = 0; u < U; ++u)
+    x[u] = _mm256_fmadd_ps(r[u], lut16_ps(_mm256_load_ps(R.cf.A), _mm256_load_ps(R.cf.A + 8), run[u]),
+                           lut16_ps(_mm256_load_ps(R.cf.B), _mm256_load_ps(R.cf.B + 8), run[u]));
   for (int u = 0; u < U; ++u) {
     const __m256 d = _mm256_sub_ps(x[u], _mm256_floor_ps(x[u]));
     unsure[u] = _mm256_cmp_ps(d, R.width, _CMP_NGE_UQ);
