@@ -53,4 +53,7 @@ def test_the_fsdp2_example_runs_on_2_ranks(launch, gloo):
     start, saved, resumed = (float(v) for v in m.groups())
     assert saved < 0.1 * start  # it trained
     assert resumed < 2 * saved  # and resumed where it stopped (a fresh optimizer or model starts far higher)
+    assert "the resumed run equals the uninterrupted one: True" in outputs[0]
+    per_param = float(re.search(r"optimizer checkpoint: ([0-9.]+) bytes per parameter", outputs[0]).group(1))
+    assert 2.0 < per_param <= 2.2
     assert outputs[1] == ""  # only rank 0 prints

@@ -87,28 +87,13 @@ def _state_tensors(opt) -> list:
     return out
 
 
-def _is_fused_adam(name: str, bits: int, dtype: torch.dtype, isa: str) -> bool:
-    """Adam/AdamW with quantized state and float32 parameters take, on the AVX-512 variants, the fused SIMD
-    block loop of cpp/src/cpu/adam_blocks.hpp, which writes its own values (canonicalized there, by the SIMD
-    kernel branches, not by update_element)."""
-    return name in ("Adam", "AdamW") and bits in (8, 4) and dtype == torch.float32 and isa.startswith("avx512")
-
-
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("bits", [32, 8, 4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_step_stores_canonical_nans(name, dtype, bits, isa, isa_restore, isa_available, request):
+def test_step_stores_canonical_nans(name, dtype, bits, isa, isa_restore, isa_available):
     if not isa_available(isa):
         pytest.skip(f"this CPU cannot run the {isa} kernels")
-    if _is_fused_adam(name, bits, dtype, isa):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=False,
-                reason="the fused Adam SIMD loop (cpp/src/cpu/, owned by the SIMD kernel branches) stores its "
-                "own NaNs until its canonicalization is merged",
-            )
-        )
     _octopt.set_simd_level(isa)
     p = _params(dtype)
     g = torch.from_numpy(_grads(name, dtype)).to(dtype)

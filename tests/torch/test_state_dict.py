@@ -384,3 +384,36 @@ def test_state_map_is_a_layout_key():
         opt.step()
     with pytest.raises(ValueError, match="^AdamW: 'state_map' must be 'dynamic' or 'fp8', got 'int8'"):
         ot.AdamW(make_params(), bits=8, state_map="int8")
+
+
+def test_quantized_dtensor_entries_are_refused_for_plain_parameters():
+    import json
+
+    p = torch.nn.Parameter(torch.randn(4097))
+    opt = ot.AdamW8bit([p])
+    p.grad = torch.ones_like(p)
+    opt.step()
+    before = opt.state_dict()["state"][0]["exp_avg"].clone()
+    sd = opt.state_dict()
+    sd["state"][0]["octopt"] = json.dumps({"format": 2, "global_step": 1, "slots": {}})
+    with pytest.raises(
+        ValueError, match="holds the quantized state of a DTensor parameter, but the parameter is a plain"
+    ):
+        opt.load_state_dict(sd)
+    sd["state"][0]["octopt"] = "{not json"
+    with pytest.raises(ValueError, match="'octopt' must be octopt's JSON metadata"):
+        opt.load_state_dict(sd)
+    sd["state"][0]["octopt"] = json.dumps({"format": 3, "slots": {}})
+    with pytest.raises(ValueError, match="'octopt' metadata of an unknown format"):
+        opt.load_state_dict(sd)
+    assert torch.equal(opt.state_dict()["state"][0]["exp_avg"], before)  # nothing changed
+
+
+def test_dequantized_state_dict_needs_an_octopt_optimizer():
+    p = torch.nn.Parameter(torch.randn(8))
+    with pytest.raises(TypeError, match="dequantized_state_dict: argument 'optimizer' must be an octopt.torch"):
+        ot.dequantized_state_dict(torch.optim.SGD([p], lr=0.1))
+    opt = ot.AdamW8bit([p])
+    with ot.dequantized_state_dict(opt) as same:
+        assert same is opt and opt._float32_state
+    assert not opt._float32_state

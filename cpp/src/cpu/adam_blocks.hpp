@@ -5,7 +5,8 @@
 // their encode; the tables of both maps come once per chunk (levels_for). No software prefetch: the
 // four streams are sequential and the hardware prefetchers keep up (measured at 2^24 parameters, one
 // thread: none 1.83 ns/param, 4 blocks ahead 1.84-1.89, 8 blocks 1.95). The arithmetic is
-// update_element's, operation for operation, so the results are those of the generic block loop.
+// update_element's, operation for operation, so the results are those of the generic block loop; a NaN
+// it makes is stored as the canonical 0x7FC00000. The AVX2 loop is adam_blocks_avx2.hpp.
 // Included by kernels_impl.cpp inside its ISA namespace, after the helpers it uses.
 
 #if defined(OCTOPT_ISA_AVX512)
@@ -49,6 +50,7 @@ inline void adam_update_block(const SlotScalars& h, const float* g, float* p, fl
   const __m512 vw = _mm512_set1_ps(w), vw1 = _mm512_set1_ps(1.0f - w);
   const __m512 beta2 = _mm512_set1_ps(h.beta2), omb2 = _mm512_set1_ps(h.one_minus_beta2);
   const __m512 bc2s = _mm512_set1_ps(h.bc2_sqrt), eps = _mm512_set1_ps(h.eps), step = _mm512_set1_ps(h.step_size);
+  const __m512 canon = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000));
   for (int i = 0; i < len; i += 16) {
     const __mmask16 k = len - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - i)) - 1u);
     __m512 gg = _mm512_maskz_loadu_ps(k, g + i);
@@ -67,6 +69,10 @@ inline void adam_update_block(const SlotScalars& h, const float* g, float* p, fl
     vv = _mm512_add_ps(_mm512_mul_ps(vv, beta2), _mm512_mul_ps(_mm512_mul_ps(omb2, gg), gg));
     const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vv), bc2s), eps);
     pp = _mm512_sub_ps(pp, _mm512_mul_ps(step, _mm512_div_ps(mm, denom)));
+    // a NaN made here is stored as the canonical 0x7FC00000, as on every backend (x86 makes 0xFFC00000)
+    pp = _mm512_mask_mov_ps(pp, _mm512_cmp_ps_mask(pp, pp, _CMP_UNORD_Q), canon);
+    mm = _mm512_mask_mov_ps(mm, _mm512_cmp_ps_mask(mm, mm, _CMP_UNORD_Q), canon);
+    vv = _mm512_mask_mov_ps(vv, _mm512_cmp_ps_mask(vv, vv, _CMP_UNORD_Q), canon);
     _mm512_mask_storeu_ps(p + i, k, pp);
     _mm512_mask_storeu_ps(m + i, k, mm);
     _mm512_mask_storeu_ps(v + i, k, vv);

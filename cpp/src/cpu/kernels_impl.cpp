@@ -153,7 +153,8 @@ inline void decode_codes(const Codebook& cb, const Levels& L, const std::uint8_t
   decode_block(cb, codes, len, a, out);
 }
 
-// Codes of one block (any bits) from float values and their scale; stochastic rounding is scalar.
+// Codes of one block (any bits) from float values and their scale; stochastic rounding is vectorized for the
+// 16-entry maps on AVX2 and every map without a sign rule on AVX-512, else scalar.
 void encode_codes(const Codebook& cb, const Levels& L, const float* v, int len, float scale, bool clip, bool stochastic,
                   std::uint64_t key, std::int64_t i0, std::uint8_t* out) {
   if (!stochastic && !clip) return encode_block(cb, L, v, len, scale, out);
@@ -161,6 +162,9 @@ void encode_codes(const Codebook& cb, const Levels& L, const float* v, int len, 
   if (stochastic && !clip && L.simd) return encode_block_stochastic(cb, L, v, len, scale, key, i0, out);
 #elif defined(OCTOPT_ISA_PORTABLE)
   if (stochastic && !clip && cb.size == 16) return encode_block16_stochastic_portable(cb, v, len, scale, key, i0, out);
+#elif defined(OCTOPT_ISA_AVX2)
+  if (stochastic && !clip && L.simd && cb.size == 16)
+    return encode_block_stochastic16(cb, L, v, len, scale, key, i0, out);
 #endif
   for (int i = 0; i < len; ++i) out[i] = std::uint8_t(encode_value(cb, v[i], scale, clip, stochastic, key, i0 + i));
 }
@@ -335,6 +339,7 @@ inline void prefetch_ahead(const StepTensor& slot, std::int64_t b, std::int64_t 
 
 #include "adam_blocks.hpp"
 #include "adam_blocks_portable.hpp"
+#include "adam_blocks_avx2.hpp"
 
 template <OptimKind K, DType P, DType G>
 std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int64_t b0, std::int64_t b1,
@@ -346,7 +351,7 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
   for (int k = 0; k < kStates; ++k)
     if (slot.state[k].data && slot.state[k].bits != 32) levels[k] = &levels_for(cfg.codebooks[slot.state[k].codebook]);
   const bool vbmi = active().vbmi;
-#if defined(OCTOPT_ISA_AVX512)
+#if defined(OCTOPT_ISA_AVX512) || defined(OCTOPT_ISA_AVX2)
   if constexpr ((K == OptimKind::adam || K == OptimKind::adamw) && P == DType::f32 && G == DType::f32) {
     if (phase == OptimPhase::single && adam_fused_applies(cfg, slot))
       return adam_fused_blocks<K == OptimKind::adamw>(cfg, slot, levels, vbmi, b0, b1);

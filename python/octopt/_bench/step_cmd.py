@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
         ],
         "floor_gbps": floor_gbps,
         "rows": [r.to_json(floor_gbps, fused_of(rows, r.case)) for r in rows] if rows else [],
-        "targets": targets(rows),
+        "targets": targets(rows, versions.get("octopt_simd", "")),
         "memory": mem,
         "memory_failed": mem_failed,
         "overhead": over_data,

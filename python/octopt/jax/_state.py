@@ -18,7 +18,7 @@ class SlotState(NamedTuple):
     """One state slot (exp_avg, exp_avg_sq, momentum_buffer, ...) of one parameter."""
 
     data: Any  # float32 values (32-bit state) or uint8 codes, in the parameter's shape; 4-bit codes: 1-D, two per byte
-    absmax: Any  # float32, one per block (shard after shard when sharded); empty for 32-bit state
+    absmax: Any  # float32, one per block (shard after shard when sharded); None for 32-bit state
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class OctoptState(NamedTuple):
     ``torch_style`` transformations use torch's: ``exp_avg``, ...) to a tree with the parameters'
     structure holding its values (32-bit state) or codes: the trees ``optax.tree.map_params`` and
     ``optax.tree.get(state, "mu")`` find. ``absmax`` holds each quantized slot's scales, per slot (in
-    ``layout.slot_names`` order) a tuple with one float32 array per parameter (empty for 32-bit state)."""
+    ``layout.slot_names`` order) a tuple with one float32 array per parameter (None for 32-bit state)."""
 
     count: Any  # int32 scalar: steps taken
     slots: dict  # slot name -> a tree shaped like the params with one data array per parameter
@@ -170,10 +170,8 @@ def init_slot(layout: LeafLayout, spec: _layout.SlotSpec, init: float, like: Any
     data_spec, absmax_spec = layout.shardings(spec)
     data_dev, absmax_dev = _device(layout, data_spec, like), _device(layout, absmax_spec, like)
     if spec.bits == 32:
-        return SlotState(
-            jnp.full(data_shape, init, jnp.float32 if dtype is None else dtype, device=data_dev),
-            jnp.zeros(absmax_shape, jnp.float32, device=absmax_dev),
-        )
+        # no absmax (None, no pytree leaf): a zero-size placeholder array is refused by checkpointers (Orbax)
+        return SlotState(jnp.full(data_shape, init, jnp.float32 if dtype is None else dtype, device=data_dev), None)
     code, absmax = _layout.initial_fill(spec, init)
     return SlotState(
         jnp.full(data_shape, code, jnp.uint8, device=data_dev),

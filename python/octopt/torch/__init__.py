@@ -6,6 +6,7 @@ Importing this module imports torch (``import octopt`` alone does not). See docs
 from ._base import TorchOptimizer
 from . import _classes
 from ._classes import *  # noqa: F403 - one class (and its 8-bit default) per optimizer of the core's table
+from ._dcp import dequantized_state_dict
 from ._override import get_override, override
 
-__all__ = ["TorchOptimizer", *_classes.__all__, "get_override", "override"]
+__all__ = ["TorchOptimizer", *_classes.__all__, "dequantized_state_dict", "get_override", "override"]

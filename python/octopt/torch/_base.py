@@ -124,6 +124,8 @@ class TorchOptimizer(torch.optim.Optimizer):
         self._layout: list[dict] = []  # per torch group: its layout keys as added
         self._tensors: dict[int, Any] = {}  # id(param) -> the core's _TensorState
         self._dist: dict[int, _dist.DistSpec] = {}  # id(param) -> mesh/placements of a DTensor parameter
+        # state_dict() shows quantized DTensor state as float32 (the form of octopt 0.x, see _dcp.py)
+        self._float32_state = False
         super().__init__(params, defaults)
         self.state = _StateView(self)  # type: ignore[assignment]
 
@@ -153,9 +155,10 @@ class TorchOptimizer(torch.optim.Optimizer):
         for j, p in enumerate(group["params"]):
             self._check_param(_dist.local(p), fn, f"params[{start + j}]")
             spec = _dist.spec_of(p, kind, fn, f"params[{start + j}]")
+            ov = self._param_override(p)
             if spec is not None:
                 specs[id(p)] = spec
-            ov = self._param_override(p)
+                ov = _dist.global_precision(p, ov, merged["min_8bit_size"])
             buckets.setdefault(tuple(sorted(ov.items())), (ov, []))[1].append(p)
         for ov, _ in buckets.values():
             m = dict(merged)
@@ -300,6 +303,11 @@ class TorchOptimizer(torch.optim.Optimizer):
             raise ValueError(f"{fn}: the gradient of a parameter on {p.device} is on {g.device}")
         if not g.is_contiguous():
             g = g.contiguous()
+            keep.append(g)
+        if g.numel() == 0:
+            # an empty gradient (a DTensor's empty shard) still counts as a step, as on the other ranks:
+            # address 0 would mean "no gradient", so it gets the address of one element that is never read
+            g = torch.empty(1, dtype=g.dtype, device=g.device)
             keep.append(g)
         return g.data_ptr(), code
 

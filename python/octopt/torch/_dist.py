@@ -75,6 +75,16 @@ def spec_of(p: torch.Tensor, kind: str, fn: str, arg: str) -> DistSpec | None:
     return DistSpec(p.device_mesh, placements, p.shape, tuple(p.stride()))
 
 
+def global_precision(p: torch.Tensor, ov: dict, min_8bit_size: int) -> dict:
+    """The override of a DTensor parameter that makes its state as wide as the whole tensor's would be:
+    the core lays out the local shard, and a shard below ``min_8bit_size`` of a tensor above it would
+    otherwise keep 32-bit state on some world sizes and not on others."""
+    threshold = int(ov.get("min_8bit_size", min_8bit_size))
+    if p.numel() >= threshold > local(p).numel():
+        return {**ov, "min_8bit_size": 0}
+    return ov
+
+
 def local_grad(p: torch.Tensor, g: torch.Tensor, spec: DistSpec, fn: str) -> torch.Tensor:
     """The local shard of a DTensor parameter's gradient, laid out like the parameter's shard."""
     if not is_dtensor(g):

@@ -15,7 +15,7 @@ import torch
 from .. import _hparams, maps
 from ..functional import dequantize_blockwise, quantize_blockwise
 from ..optimizer import _TensorState
-from . import _dist
+from . import _dcp, _dist
 
 FORMAT = 1
 BNB_NESTED = "__bnb_optimizer_quant_state__"  # bitsandbytes >= 0.45 nests its quantization tensors here
@@ -70,16 +70,19 @@ def packed_groups(param_groups: list) -> list:
     return groups
 
 
-def param_state(t: _TensorState, dist: Any = None) -> dict:
+def param_state(t: _TensorState, dist: Any = None, quantized: bool = True) -> dict:
     """One parameter's state in torch's style: live tensors (views of the core's buffers) and its step.
     For a DTensor parameter (``dist``: its _dist.DistSpec) every state is a DTensor laid out like the
-    parameter: 32-bit states live, quantized states dequantized to float32 copies of the local shard."""
+    parameter: 32-bit states live, quantized states dequantized to float32 copies of the local shard
+    (``quantized=False``: left out, for _dcp.entry to add in their quantized form)."""
     out: dict[str, Any] = {"step": torch.tensor(float(t.step), dtype=torch.float32)}
     if t.mu_product is not None:  # NAdam, as torch.optim.NAdam keeps it
         out["mu_product"] = torch.tensor(t.mu_product, dtype=torch.float32)
     for spec in t.specs:
         data, absmax = t.buffers[spec.index]
         if dist is not None:
+            if absmax is not None and not quantized:
+                continue
             if t.info.size == 0:  # an empty shard (more ranks than rows): nothing to dequantize
                 data = torch.zeros(0, dtype=torch.float32, device=t.param.device)
             elif absmax is not None:
@@ -96,11 +99,18 @@ def param_state(t: _TensorState, dist: Any = None) -> dict:
 def state_dict(opt: Any) -> dict:
     params = opt._param_list()
     state, layout = {}, {}
+    global_step = max((int(c.global_step) for c in opt._cores.values()), default=0)
     for i, p in enumerate(params):
         t = opt._tensors[id(p)]
         dist = opt._dist.get(id(p))
+        lay = _dcp.shard_layout(dist, t.info.size) if dist is not None and not opt._float32_state else None
+        if lay is not None:  # quantized state as it is (_dcp.py); 32-bit states live
+            state[i] = param_state(t, dist, quantized=False)
+            _dcp.entry(t, dist, lay, state[i], global_step)
+            layout[i] = {s.name: [s.bits, s.block_size, s.state_map] for s in t.specs}
+            continue
         state[i] = param_state(t, dist)
-        # per slot: [bits, block size, state map] (a DTensor's state is saved dequantized)
+        # per slot: [bits, block size, state map] (a DTensor's state in the float32 form: dequantized)
         layout[i] = {
             s.name: [32, 0, "dynamic"] if dist is not None else [s.bits, s.block_size, s.state_map] for s in t.specs
         }
@@ -108,7 +118,7 @@ def state_dict(opt: Any) -> dict:
     meta = {
         "format": FORMAT,
         "optimizer": type(opt)._core_base.kind,
-        "global_step": max((int(c.global_step) for c in opt._cores.values()), default=0),
+        "global_step": global_step,
         "layout": layout,
     }
     return {"state": state, "param_groups": groups, "octopt": meta}
@@ -122,10 +132,13 @@ def load_param_state(opt: Any, p: torch.Tensor, entry: Any) -> None:
     if not isinstance(entry, dict):
         raise TypeError(f"{where} must be a dict, got {type(entry).__name__}")
     kind = type(opt)._core_base.kind
+    dist = opt._dist.get(id(p))
     if BNB_NESTED in entry or "state1" in entry:
         pending = _from_bnb(t._owner, t, entry, kind, where)
+    elif _dcp.META in entry:
+        pending, _ = _from_dcp(t._owner, t, entry, dist, where)
     else:
-        pending = _from_native(t._owner, t, _local_entry(entry, opt._dist.get(id(p)), t, where), None, where)
+        pending = _from_native(t._owner, t, _local_entry(entry, dist, t, where), None, where)
     step = _step(entry.get("step"), where)
     mu = _mu_product(entry.get("mu_product"), where) if kind == "nadam" else None
     with torch.no_grad():
@@ -155,6 +168,13 @@ def _local_entry(entry: dict, dist: Any, t: _TensorState, where: str) -> dict:
                     f"{dist.placements} (redistribute the state, or load it with torch.distributed.checkpoint)"
                 )
             v = _dist.local(v)
+            spec = next((sp for sp in t.specs if sp.name == k), None)
+            if spec is not None and spec.bits != 32 and v.is_floating_point() and _looks_like_codes(v):
+                raise ValueError(
+                    f"{where}: '{k}' holds only whole numbers in [0, 255]: 8-bit codes of a checkpoint in the "
+                    "quantized form, read into the float32 form of octopt.torch.dequantized_state_dict (DCP "
+                    "converts dtypes silently); load that checkpoint without dequantized_state_dict"
+                )
         elif dist is not None and isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape != t.param.shape:
             raise ValueError(
                 f"{where}: '{k}' is a plain tensor of shape {tuple(v.shape)}, but the parameter is a DTensor "
@@ -163,6 +183,15 @@ def _local_entry(entry: dict, dist: Any, t: _TensorState, where: str) -> dict:
             )
         out[k] = v
     return out
+
+
+def _looks_like_codes(v: torch.Tensor) -> bool:
+    """Whether float values are uint8 codes converted to float (trained optimizer state never is whole
+    numbers in [0, 255] of several values with one above 1; a constant state, which can be, is let through)."""
+    if v.numel() == 0:
+        return False
+    hi, lo = float(v.max()), float(v.min())
+    return 1 < hi <= 255 and lo >= 0 and hi != lo and torch.equal(v, v.round())
 
 
 def load_state_dict(opt: Any, sd: Any) -> None:
@@ -206,6 +235,7 @@ def load_state_dict(opt: Any, sd: Any) -> None:
     # NAdam, per core: a missing entry starts afresh
     mus = {id(c): [1.0] * len(c.tensors) for c in opt._cores.values()}
     any_bnb = False
+    dcp_steps: list[int] = []  # the global step in the metadata of quantized DTensor entries
     for i, (saved_id, p) in enumerate(zip(chain.from_iterable(h["params"] for h in saved_groups), opt._param_list())):
         t = opt._tensors[id(p)]
         core = t._owner
@@ -220,6 +250,10 @@ def load_state_dict(opt: Any, sd: Any) -> None:
         if BNB_NESTED in entry or "state1" in entry:
             any_bnb = True
             pending += _from_bnb(core, t, entry, kind, where)
+        elif _dcp.META in entry:
+            copies, gstep = _from_dcp(core, t, entry, opt._dist.get(id(p)), where)
+            pending += copies
+            dcp_steps.append(gstep)
         else:
             lay = meta["layout"].get(saved_id) if meta is not None and isinstance(meta.get("layout"), dict) else None
             local_entry = _local_entry(entry, opt._dist.get(id(p)), t, where)
@@ -253,6 +287,8 @@ def load_state_dict(opt: Any, sd: Any) -> None:
     for c in opt._cores.values():
         if meta is not None:
             c.global_step = int(meta.get("global_step", 0))
+        elif dcp_steps:  # torch.distributed.checkpoint keeps no top-level key but 'state' and 'param_groups'
+            c.global_step = max(dcp_steps)
         else:
             c.global_step = max((s for _, s in steps), default=0)
 
@@ -357,6 +393,48 @@ def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) 
         q = core.slot_map(type(spec)(spec.index, spec.name, spec.signed, bits, block_size, state_map))
         out += _into(core, t, spec, v, (absmax, bits, block_size, q), where)
     return out
+
+
+def _from_dcp(core: Any, t: _TensorState, entry: dict, dist: Any, where: str) -> tuple[list, int]:
+    """Copies that restore a DTensor parameter's state from its quantized state-dict entry (_dcp.py), and
+    the global step it records."""
+    meta = _dcp.read_meta(entry[_dcp.META], where)
+    if dist is None:
+        raise ValueError(
+            f"{where} holds the quantized state of a DTensor parameter, but the parameter is a plain tensor"
+        )
+    lay = _dcp.shard_layout(dist, t.info.size)
+    if lay is None:
+        raise ValueError(
+            f"{where} holds quantized sharded state, but the parameter's placements {dist.placements} do not "
+            "shard it along dim 0 only"
+        )
+    names = {s.name for s in t.specs}
+    if set(meta["slots"]) != names:
+        raise ValueError(
+            f"{where} has state slots {sorted(meta['slots'])} in the state but {sorted(names)} here; "
+            "was it saved by a different optimizer?"
+        )
+    known = {"step", "mu_product", _dcp.META} | names | {n + "_absmax" for n in names}
+    unknown = sorted(str(k) for k in entry if k not in known)
+    if unknown:
+        raise ValueError(f"{where} has entries {unknown} that this optimizer does not use")
+    out = []
+    for spec in t.specs:
+        info = meta["slots"][spec.name]
+        if int(info.get("bits", 0)) == 32:
+            v = entry.get(spec.name)
+            if v is None:
+                raise ValueError(f"{where} lacks '{spec.name}'")
+            local_v = _local_entry({spec.name: v}, dist, t, where)[spec.name]
+            if t.info.size:
+                out += _into(core, t, spec, _tensor(local_v, where, spec.name), None, where)
+            continue
+        values, absmax, bits, block_size, q = _dcp.local_slot(core, t, spec, entry, info, dist, lay, where)
+        if t.info.size == 0:
+            continue
+        out += _into(core, t, spec, values, None if absmax is None else (absmax, bits, block_size, q), where)
+    return out, int(meta.get("global_step", 0))
 
 
 def _infer_quantized(n: int, n_codes: int, n_blocks: int, spec: Any, where: str) -> tuple[int, int]:

@@ -1,0 +1,143 @@
+#pragma once
+// Adam and AdamW with both moments quantized: one pass per block on AVX2, as adam_blocks.hpp does on
+// AVX-512 (the gradient's finiteness check, both moments' decode, the update with the block absmax of
+// the new moments in registers, their encode). The arithmetic is update_element's, operation for
+// operation, so the results are those of the generic block loop; a NaN it makes is stored as the
+// canonical 0x7FC00000 on every backend (x86 arithmetic makes 0xFFC00000).
+// Included by kernels_impl.cpp inside its ISA namespace, after the helpers it uses.
+
+#if defined(OCTOPT_ISA_AVX2)
+
+// Whether the fused path takes this tensor: both moments quantized with absmax scaling (percentile
+// scaling stays on the generic loop).
+inline bool adam_fused_applies(const StepConfig& cfg, const StepTensor& slot) {
+  if (percentile_clips(cfg.percentile)) return false;
+  for (int k = 0; k < 2; ++k) {
+    const StateBuffer& sb = slot.state[k];
+    if (!sb.data || sb.bits == 32) return false;
+  }
+  return true;
+}
+
+inline std::uint32_t reduce_max_epu32(__m256i m) {
+  __m128i x = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  x = _mm_max_epu32(x, _mm_shuffle_epi32(x, 0x4e));
+  x = _mm_max_epu32(x, _mm_shuffle_epi32(x, 0xb1));
+  return std::uint32_t(_mm_cvtsi128_si32(x));
+}
+
+// max |v[i]| bits over i < len (the float whose pattern is the largest, as abs_max).
+inline std::uint32_t abs_max_bits8(const float* v, int len) {
+  const __m256i mask = _mm256_set1_epi32(0x7fffffff);
+  __m256i m0 = _mm256_setzero_si256(), m1 = _mm256_setzero_si256();
+  int i = 0;
+  for (; i + 16 <= len; i += 16) {
+    m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i)), mask));
+    m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i + 8)), mask));
+  }
+  for (; i < len; i += 8) {
+    const __m256i x = _mm256_castps_si256(_mm256_maskload_ps(v + i, lane_mask8(len - i)));
+    m0 = _mm256_max_epu32(m0, _mm256_and_si256(x, mask));
+  }
+  return reduce_max_epu32(_mm256_max_epu32(m0, m1));
+}
+
+// NaN lanes of x as the canonical quiet NaN 0x7FC00000.
+inline __m256 canonical_nan8(__m256 x) {
+  return _mm256_blendv_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+// The update of one block in place (p; m and v decoded in the scratch), with the block absmax bits of the
+// new m and v. kPlain: no maximize flip and no weight-decay term (Adam's weight decay 0, AdamW's decay 1),
+// whose operations would leave every value as it is.
+template <bool kAdamW, bool kPlain>
+inline void adam_update_block8(const SlotScalars& h, const float* g, float* p, float* m, float* v, int len,
+                               std::uint32_t& amax_m, std::uint32_t& amax_v) {
+  const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+  const __m256 flip = _mm256_castsi256_ps(_mm256_set1_epi32((h.flags & kMaximize) ? std::int32_t(0x80000000u) : 0));
+  const __m256 wd = _mm256_set1_ps(h.weight_decay), decay = _mm256_set1_ps(h.decay);
+  const bool couple = h.weight_decay != 0.0f;  // update_element skips Adam's coupled term at 0, as torch does
+  const float w = h.one_minus_beta1;
+  const bool low_w = w < 0.5f;  // rule_lerp's branch, the same for every element
+  const __m256 vw = _mm256_set1_ps(w), vw1 = _mm256_set1_ps(1.0f - w);
+  const __m256 beta2 = _mm256_set1_ps(h.beta2), omb2 = _mm256_set1_ps(h.one_minus_beta2);
+  const __m256 bc2s = _mm256_set1_ps(h.bc2_sqrt), eps = _mm256_set1_ps(h.eps), step = _mm256_set1_ps(h.step_size);
+  __m256i am = _mm256_setzero_si256(), av = _mm256_setzero_si256();
+  // lanes past len load as zeros and give m = v = 0, so they leave the absmax as it is
+  auto body = [&](int i, bool full, __m256i k) {
+    __m256 gg = full ? _mm256_loadu_ps(g + i) : _mm256_maskload_ps(g + i, k);
+    __m256 pp = full ? _mm256_loadu_ps(p + i) : _mm256_maskload_ps(p + i, k);
+    __m256 mm = full ? _mm256_loadu_ps(m + i) : _mm256_maskload_ps(m + i, k);
+    __m256 vv = full ? _mm256_loadu_ps(v + i) : _mm256_maskload_ps(v + i, k);
+    if (!kPlain) {
+      gg = _mm256_xor_ps(gg, flip);
+      if (kAdamW)
+        pp = _mm256_mul_ps(pp, decay);
+      else if (couple)
+        gg = _mm256_add_ps(gg, _mm256_mul_ps(wd, pp));
+    }
+    const __m256 diff = _mm256_sub_ps(gg, mm);
+    mm = low_w ? _mm256_add_ps(mm, _mm256_mul_ps(vw, diff)) : _mm256_sub_ps(gg, _mm256_mul_ps(diff, vw1));
+    vv = _mm256_add_ps(_mm256_mul_ps(vv, beta2), _mm256_mul_ps(_mm256_mul_ps(omb2, gg), gg));
+    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), bc2s), eps);
+    pp = canonical_nan8(_mm256_sub_ps(pp, _mm256_mul_ps(step, _mm256_div_ps(mm, denom))));
+    mm = canonical_nan8(mm);
+    vv = canonical_nan8(vv);
+    if (full) {
+      _mm256_storeu_ps(p + i, pp);
+      _mm256_storeu_ps(m + i, mm);
+      _mm256_storeu_ps(v + i, vv);
+    } else {
+      _mm256_maskstore_ps(p + i, k, pp);
+      _mm256_maskstore_ps(m + i, k, mm);
+      _mm256_maskstore_ps(v + i, k, vv);
+    }
+    am = _mm256_max_epu32(am, _mm256_and_si256(_mm256_castps_si256(mm), absmask));
+    av = _mm256_max_epu32(av, _mm256_and_si256(_mm256_castps_si256(vv), absmask));
+  };
+  int i = 0;
+  for (; i + 8 <= len; i += 8) body(i, true, __m256i());
+  if (i < len) body(i, false, lane_mask8(len - i));
+  amax_m = reduce_max_epu32(am);
+  amax_v = reduce_max_epu32(av);
+}
+
+template <bool kAdamW>
+std::int64_t adam_fused_blocks(const StepConfig& cfg, const StepTensor& slot, const Levels* const* levels, bool vbmi,
+                               std::int64_t b0, std::int64_t b1) {
+  OptimScratch& s = optim_scratch();
+  const SlotScalars& h = slot.scalars;
+  const bool plain = !(h.flags & kMaximize) && (kAdamW ? h.decay == 1.0f : h.weight_decay == 0.0f);
+  const int bs = slot.block_size;
+  auto* const param = static_cast<float*>(slot.param);
+  const auto* const grad = static_cast<const float*>(slot.grad);
+  std::int64_t skipped = 0;
+  for (std::int64_t b = b0; b < b1; ++b) {
+    const std::int64_t i0 = b * bs;
+    const int len = int(std::min<std::int64_t>(bs, slot.n - i0));
+    const float* g = grad + i0;
+    if (!is_finite_abs(bits_f32(abs_max_bits8(g, len)))) {
+      ++skipped;
+      continue;
+    }
+    for (int k = 0; k < 2; ++k) load_state(slot.state[k], cfg.codebooks, *levels[k], vbmi, b, i0, len, s.s[k], s.codes);
+    std::uint32_t bits[2];
+    if (plain)
+      adam_update_block8<kAdamW, true>(h, g, param + i0, s.s[0], s.s[1], len, bits[0], bits[1]);
+    else
+      adam_update_block8<kAdamW, false>(h, g, param + i0, s.s[0], s.s[1], len, bits[0], bits[1]);
+    for (int k = 0; k < 2; ++k) {
+      const StateBuffer& sb = slot.state[k];
+      const float amax = bits_f32(bits[k]);
+      sb.absmax[b] = amax;
+      auto* dst = static_cast<std::uint8_t*>(sb.data);
+      std::uint8_t* out = sb.bits == 8 ? dst + i0 : s.codes;
+      encode_codes(cfg.codebooks[sb.codebook], *levels[k], s.s[k], len, amax > 0.0f ? amax : 1.0f, false,
+                   cfg.stochastic_state || sb.stochastic, state_key(cfg, slot, k), i0, out);
+      if (sb.bits == 4) pack4(s.codes, len, dst + i0 / 2);
+    }
+  }
+  return skipped;
+}
+
+#endif

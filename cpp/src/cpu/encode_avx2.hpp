@@ -1,0 +1,344 @@
+#pragma once
+// The AVX2 encoder and decoder pieces (8 lanes): the level search, the closed-form encoder for 256-entry
+// maps (the AVX-512 design, closed_form.hpp), the stochastic encoder of 16-entry maps and the 4-bit
+// decode. Codes are those of the scalar search, bit for bit (bench/encoder_check.cpp --isa avx2).
+// Included by encode.hpp inside its ISA namespace, after Levels; no includes of its own.
+
+#if defined(OCTOPT_ISA_AVX2)
+
+// Lane i of a 32-entry table t at index j[i] (bits 0..4 of j are read): a permute of each 8-entry
+// quarter, then blends by bits 3 and 4. The tables are memory operands of the permutes (16 ymm registers
+// do not hold the closed form's five tables). Measured against one gather per table: see docs/decisions.md.
+inline __m256 lut32_ps(const float* t, __m256i j) {
+  const __m256 b3 = _mm256_castsi256_ps(_mm256_slli_epi32(j, 28));
+  const __m256 b4 = _mm256_castsi256_ps(_mm256_slli_epi32(j, 27));
+  const __m256 lo = _mm256_blendv_ps(_mm256_permutevar8x32_ps(_mm256_load_ps(t), j),
+                                     _mm256_permutevar8x32_ps(_mm256_load_ps(t + 8), j), b3);
+  const __m256 hi = _mm256_blendv_ps(_mm256_permutevar8x32_ps(_mm256_load_ps(t + 16), j),
+                                     _mm256_permutevar8x32_ps(_mm256_load_ps(t + 24), j), b3);
+  return _mm256_blendv_ps(lo, hi, b4);
+}
+
+// Lane i of a 16-entry table at index j[i] (0..15).
+inline __m256 lut16_ps(__m256 t0, __m256 t1, __m256i j) {
+  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, j), _mm256_permutevar8x32_ps(t1, j),
+                          _mm256_castsi256_ps(_mm256_slli_epi32(j, 28)));
+}
+
+// Codebook::nonzero_floor on 8 lanes: a positive value whose code is a zero entry gets the floor.
+inline __m256i apply_floor8(const Codebook& cb, __m256 r, __m256i c) {
+  if (cb.nonzero_floor < 0) return c;
+  const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(r, _mm256_setzero_ps(), _CMP_GT_OQ));
+  const __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(cb.zero_lo), c),
+                                         _mm256_cmpgt_epi32(_mm256_set1_epi32(cb.zero_hi + 1), c));
+  return _mm256_blendv_epi8(c, _mm256_set1_epi32(cb.nonzero_floor), _mm256_and_si256(pos, in));
+}
+
+// The level search (encode.hpp, Levels) on 8 lanes: the number of level-ordered entries <= r among the
+// first size - 1. Small levels from registers (permutes), the two largest by gathers.
+inline __m256i search_levels8(const float* lv, int size, __m256 r) {
+  __m256i c = _mm256_setzero_si256();
+  for (int s = size / 2; s >= 1; s /= 2) {
+    const int off = size / (2 * s) - 1;
+    const int entries = size / (2 * s);
+    const __m256i j = _mm256_srlv_epi32(c, _mm256_set1_epi32(__builtin_ctz(unsigned(2 * s))));
+    __m256 t;
+    if (entries <= 8) {
+      t = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lv + off), j);
+    } else if (entries == 16) {
+      t = lut16_ps(_mm256_loadu_ps(lv + off), _mm256_loadu_ps(lv + off + 8), j);
+    } else if (entries == 32) {
+      __m256 q[4];
+      for (int k = 0; k < 4; ++k) q[k] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lv + off + 8 * k), j);
+      const __m256 b3 = _mm256_castsi256_ps(_mm256_slli_epi32(j, 28));
+      const __m256 b4 = _mm256_castsi256_ps(_mm256_slli_epi32(j, 27));
+      t = _mm256_blendv_ps(_mm256_blendv_ps(q[0], q[1], b3), _mm256_blendv_ps(q[2], q[3], b3), b4);
+    } else {
+      t = _mm256_i32gather_ps(lv + off, j, 4);
+    }
+    const __m256 le = _mm256_cmp_ps(t, r, _CMP_LE_OQ);
+    c = _mm256_sub_epi32(c, _mm256_and_si256(_mm256_castps_si256(le), _mm256_set1_epi32(-s)));
+  }
+  return c;
+}
+
+// The low bytes of 8 lanes, in order, as the low 8 bytes of the result.
+inline __m128i codes8(__m256i c) {
+  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+  return _mm_packus_epi16(w, w);
+}
+
+// The low bytes of 4 x 8 lanes, in order (32 codes).
+inline __m256i codes32(const __m256i* c) {
+  const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(c[0], c[1]), _mm256_packus_epi32(c[2], c[3]));
+  return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+inline void store_codes8(std::uint8_t* out, __m256i c, int n) {
+  const __m128i b = codes8(c);
+  if (n >= 8) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), b);
+  } else {
+    alignas(16) std::uint8_t tmp[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b);
+    std::memcpy(out, tmp, std::size_t(n));
+  }
+}
+
+// Lanes [0, n) set, n in [0, 8]: the mask of a partial vector.
+inline __m256i lane_mask8(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Lane i of a 32-entry byte table (t0: entries 0..15, t1: 16..31, each in both 128-bit halves) at index
+// j[i] (bits 0..4 read), zero-extended: byte shuffles, which run on more ports than the lane-crossing permutes.
+inline __m256i lut32_u8(__m256i t0, __m256i t1, __m256i j) {
+  const __m256i jj = _mm256_or_si256(j, _mm256_set1_epi32(std::int32_t(0x80808000u)));  // bytes 1..3 read as zero
+  return _mm256_blendv_epi8(_mm256_shuffle_epi8(t0, jj), _mm256_shuffle_epi8(t1, jj), _mm256_slli_epi32(j, 3));
+}
+
+// The closed-form tables (closed_form.hpp) as the AVX2 kernel reads them: the float tables from memory (operands of
+// the permutes), the run, lo and hi tables as bytes in registers.
+struct ClosedForm8 {
+  const ClosedForm& cf;
+  __m256i run[2], lo[2], hi[2];
+  __m256 width;
+  bool pos16;  // every run a positive r reaches is among the first 16: closed_form8_pos applies
+  explicit ClosedForm8(const ClosedForm& c) : cf(c) {
+    int top = 0;
+    for (int b = 0; b < kBins; ++b) top = std::max(top, cf.run[b] + (cf.up[b] <= 3.0e38f ? 1 : 0));
+    pos16 = top < 16;
+    static_assert(2 * kBins == 32 && kMaxRuns == 32, "32-entry byte tables");
+    alignas(16) std::uint8_t b[3][32];
+    for (int k = 0; k < kMaxRuns; ++k) {
+      b[0][k] = std::uint8_t(cf.run[k]);
+      b[1][k] = std::uint8_t(cf.lo[k]);
+      b[2][k] = std::uint8_t(cf.hi[k]);
+    }
+    __m256i* t[3] = {run, lo, hi};
+    for (int q = 0; q < 3; ++q)
+      for (int h = 0; h < 2; ++h)
+        t[q][h] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(b[q] + 16 * h)));
+    width = _mm256_set1_ps(cf.width);
+  }
+};
+
+// The closed form on U vectors of 8 lanes, stage by stage across them (each vector's stages are one
+// dependent chain): the codes, and per vector the lanes (all ones) the search must settle.
+template <int U>
+inline void closed_form8(const ClosedForm8& R, const __m256* r, __m256i* code, __m256* unsure) {
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 a[U], t[U];
+  __m256i bin[U], run[U];
+  for (int u = 0; u < U; ++u) {
+    a[u] = _mm256_and_ps(r[u], absmask);
+    // as closed_form16 (encode.hpp): the biased exponent / 2 less kBinBias / 2, clamped at 0 by a saturating
+    // 16-bit subtraction; the permutes and blends read bits 0..4 only (a NaN lane goes to the search anyway)
+    const __m256i h = _mm256_srli_epi32(_mm256_castps_si256(a[u]), 24);
+    bin[u] = _mm256_subs_epu16(h, _mm256_set1_epi32(kBinBias / 2));
+    bin[u] = _mm256_or_si256(bin[u],
+                             _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(r[u], _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                              _mm256_set1_epi32(kBins)));
+  }
+  for (int u = 0; u < U; ++u) {
+    t[u] = lut32_ps(R.cf.up, bin[u]);
+    run[u] = lut32_u8(R.run[0], R.run[1], bin[u]);
+  }
+  for (int u = 0; u < U; ++u)
+    run[u] = _mm256_sub_epi32(run[u], _mm256_castps_si256(_mm256_cmp_ps(a[u], t[u], _CMP_GE_OQ)));
+  __m256 x[U];
+  for (int u = 0; u < U; ++u) x[u] = _mm256_fmadd_ps(a[u], lut32_ps(R.cf.A, run[u]), lut32_ps(R.cf.B, run[u]));
+  for (int u = 0; u < U; ++u) {
+    const __m256 d = _mm256_sub_ps(x[u], _mm256_floor_ps(x[u]));
+    unsure[u] = _mm256_cmp_ps(d, R.width, _CMP_NGE_UQ);  // NaN (r not finite) too
+    code[u] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(x[u]), lut32_u8(R.lo[0], R.lo[1], run[u])),
+                               lut32_u8(R.hi[0], R.hi[1], run[u]));
+  }
+}
+
+// closed_form8 for vectors whose lanes are all > 0 (a second moment's, nearly always): the positive side's 16 bins
+// and (pos16) 16 runs, so each float table is two permutes and a blend, each byte table one shuffle.
+template <int U>
+inline void closed_form8_pos(const ClosedForm8& R, const __m256* r, __m256i* code, __m256* unsure) {
+  const __m256i z = _mm256_set1_epi32(std::int32_t(0x80808000u));  // bytes 1..3 of an index read as zero
+  __m256i bin[U], run[U];
+  __m256 x[U];
+  for (int u = 0; u < U; ++u) {
+    bin[u] = _mm256_subs_epu16(_mm256_srli_epi32(_mm256_castps_si256(r[u]), 24), _mm256_set1_epi32(kBinBias / 2));
+    run[u] = _mm256_sub_epi32(
+        _mm256_shuffle_epi8(R.run[0], _mm256_or_si256(bin[u], z)),
+        _mm256_castps_si256(
+            _mm256_cmp_ps(r[u], lut16_ps(_mm256_load_ps(R.cf.up), _mm256_load_ps(R.cf.up + 8), bin[u]), _CMP_GE_OQ)));
+  }
+  for (int u = 0; u < U; ++u)
+    x[u] = _mm256_fmadd_ps(r[u], lut16_ps(_mm256_load_ps(R.cf.A), _mm256_load_ps(R.cf.A + 8), run[u]),
+                           lut16_ps(_mm256_load_ps(R.cf.B), _mm256_load_ps(R.cf.B + 8), run[u]));
+  for (int u = 0; u < U; ++u) {
+    const __m256 d = _mm256_sub_ps(x[u], _mm256_floor_ps(x[u]));
+    unsure[u] = _mm256_cmp_ps(d, R.width, _CMP_NGE_UQ);
+    const __m256i j = _mm256_or_si256(run[u], z);
+    code[u] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(x[u]), _mm256_shuffle_epi8(R.lo[0], j)),
+                               _mm256_shuffle_epi8(R.hi[0], j));
+  }
+}
+
+// Nearest codes of a block of a 256-entry map with closed-form tables, 32 codes at a time, then 8; a group
+// with an unsure lane is redone by the level search (rare: ~0.1% of the vectors of an optimizer step).
+// Requires |v[i]| <= scale (absmax scaling), as the AVX-512 kernel.
+inline void encode_block_closed_form8(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
+                                      std::uint8_t* codes) {
+  const ClosedForm8 R(L.cf);
+  const __m256 vs = _mm256_set1_ps(scale);
+  int i = 0;
+  for (; i + 32 <= len; i += 32) {
+    __m256 r[4], unsure[4];
+    __m256i c[4];
+    for (int u = 0; u < 4; ++u) r[u] = _mm256_div_ps(_mm256_loadu_ps(v + i + 8 * u), vs);
+    // all 32 lanes > 0 (no sign bit, not zero; a NaN lane fails the compare)
+    const __m256 le0 = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(r[0], _mm256_setzero_ps(), _CMP_NGT_UQ),
+                                                 _mm256_cmp_ps(r[1], _mm256_setzero_ps(), _CMP_NGT_UQ)),
+                                    _mm256_or_ps(_mm256_cmp_ps(r[2], _mm256_setzero_ps(), _CMP_NGT_UQ),
+                                                 _mm256_cmp_ps(r[3], _mm256_setzero_ps(), _CMP_NGT_UQ)));
+    if (R.pos16 && _mm256_testz_ps(le0, le0))
+      closed_form8_pos<4>(R, r, c, unsure);
+    else
+      closed_form8<4>(R, r, c, unsure);
+    const __m256 any = _mm256_or_ps(_mm256_or_ps(unsure[0], unsure[1]), _mm256_or_ps(unsure[2], unsure[3]));
+    if (__builtin_expect(!_mm256_testz_ps(any, any), 0))
+      for (int u = 0; u < 4; ++u) c[u] = apply_floor8(cb, r[u], search_levels8(L.lvl, 256, r[u]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), codes32(c));
+  }
+  for (; i < len; i += 8) {
+    const int n = len - i;
+    const __m256i m = lane_mask8(n);
+    __m256 r = _mm256_div_ps(_mm256_maskload_ps(v + i, m), vs);
+    __m256 unsure;
+    __m256i c;
+    closed_form8<1>(R, &r, &c, &unsure);
+    unsure = _mm256_and_ps(unsure, _mm256_castsi256_ps(m));
+    if (__builtin_expect(!_mm256_testz_ps(unsure, unsure), 0)) c = apply_floor8(cb, r, search_levels8(L.lvl, 256, r));
+    store_codes8(codes + i, c, n);
+  }
+}
+
+// The counter-based generator (rng.hpp: SplitMix64's finalizer on the Weyl sequence key + (index + 1) * golden)
+// for 8 consecutive indices, two vectors of 4 64-bit lanes, as the scalar one bit for bit. AVX2 has no 64-bit
+// multiply: a product mod 2^64 is lo * lo (_mm256_mul_epu32) plus the two cross terms, which one 32-bit
+// multiply by the constant with its halves swapped gives; of the last product only the high half is used
+// (bits 40..63 of the result; the finalizer's last xor-shift leaves them as they are), so its low half is
+// never formed. The Weyl values advance by 8 * golden per vector pair: no multiply by the index.
+struct Uniform8 {
+  __m256i z[2];
+  explicit Uniform8(std::uint64_t key, std::uint64_t index0) {
+    const std::uint64_t base = key + (index0 + 1) * kGolden64;
+    for (int k = 0; k < 2; ++k) {
+      const std::uint64_t g0 = base + kGolden64 * std::uint64_t(4 * k);
+      z[k] = _mm256_setr_epi64x(std::int64_t(g0), std::int64_t(g0 + kGolden64), std::int64_t(g0 + 2 * kGolden64),
+                                std::int64_t(g0 + 3 * kGolden64));
+    }
+  }
+  // a * b mod 2^64 per 64-bit lane; bl = b's low half in every lane, bs = b's halves swapped (hi, lo) per lane
+  static __m256i mullo64(__m256i a, __m256i bl, __m256i bs) {
+    const __m256i cross = _mm256_mullo_epi32(a, bs);  // a_lo * b_hi, a_hi * b_lo (mod 2^32)
+    const __m256i sum = _mm256_add_epi32(cross, _mm256_srli_epi64(cross, 32));
+    return _mm256_add_epi64(_mm256_mul_epu32(a, bl), _mm256_slli_epi64(sum, 32));
+  }
+  // the high 32 bits of a * b (mod 2^32) in the odd 32-bit elements; the even ones are garbage
+  static __m256i mulhi64(__m256i a, __m256i bl, __m256i bs) {
+    const __m256i cross = _mm256_mullo_epi32(a, bs);
+    return _mm256_add_epi32(_mm256_add_epi32(_mm256_mul_epu32(a, bl), cross), _mm256_slli_epi64(cross, 32));
+  }
+  // the 8 uniforms of this position, then the position advanced by 8
+  __m256 next() {
+    const __m256i m1l = _mm256_set1_epi64x(std::int64_t(0x1CE4E5B9u));
+    const __m256i m1s = _mm256_set1_epi64x(std::int64_t(0x1CE4E5B9BF58476Dull));
+    const __m256i m2l = _mm256_set1_epi64x(std::int64_t(0x133111EBu));
+    const __m256i m2s = _mm256_set1_epi64x(std::int64_t(0x133111EB94D049BBull));
+    __m256i h[2];
+    for (int k = 0; k < 2; ++k) {
+      __m256i x = mullo64(_mm256_xor_si256(z[k], _mm256_srli_epi64(z[k], 30)), m1l, m1s);
+      h[k] = mulhi64(_mm256_xor_si256(x, _mm256_srli_epi64(x, 27)), m2l, m2s);
+      z[k] = _mm256_add_epi64(z[k], _mm256_set1_epi64x(std::int64_t(kGolden64 * 8u)));
+    }
+    // the high halves of the 8 lanes in order: odd elements of h[0] then of h[1]
+    const __m256i odd = _mm256_setr_epi32(1, 3, 5, 7, 0, 0, 0, 0);
+    const __m256i hi =
+        _mm256_permute2x128_si256(_mm256_permutevar8x32_epi32(h[0], odd), _mm256_permutevar8x32_epi32(h[1], odd), 0x20);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 8)), _mm256_set1_ps(5.9604644775390625e-08f));
+  }
+};
+
+// stochastic_code for U vectors of 8 lanes of a 16-entry map (the sign rule is a no-op here: L.simd), stage by
+// stage across the vectors (each one's search, lookups and division are one dependent chain), the map in registers.
+template <int U>
+inline void stochastic16_8(const Codebook& cb, const Levels& L, const __m256* r, const __m256* u, __m256i* code) {
+  const __m256 l8 = _mm256_set1_ps(L.vals[0]), l4 = _mm256_loadu_ps(L.vals + 1), l2 = _mm256_loadu_ps(L.vals + 3);
+  const __m256 l1 = _mm256_loadu_ps(L.vals + 7), last = _mm256_set1_ps(cb.values[15]);
+  const __m256 V0 = _mm256_loadu_ps(cb.values), V1 = _mm256_loadu_ps(cb.values + 8);
+  const __m256i one = _mm256_set1_epi32(1);
+  __m256i c[U];
+  // the level search: count += s where the level's entry is <= r (the compare's all-ones is -1)
+  for (int k = 0; k < U; ++k)
+    c[k] = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(l8, r[k], _CMP_LE_OQ)), _mm256_set1_epi32(8));
+  for (int k = 0; k < U; ++k)
+    c[k] = _mm256_sub_epi32(
+        c[k], _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(
+                                   _mm256_permutevar8x32_ps(l4, _mm256_srli_epi32(c[k], 3)), r[k], _CMP_LE_OQ)),
+                               _mm256_set1_epi32(-4)));
+  for (int k = 0; k < U; ++k)
+    c[k] = _mm256_sub_epi32(
+        c[k], _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(
+                                   _mm256_permutevar8x32_ps(l2, _mm256_srli_epi32(c[k], 2)), r[k], _CMP_LE_OQ)),
+                               _mm256_set1_epi32(-2)));
+  for (int k = 0; k < U; ++k)
+    c[k] = _mm256_sub_epi32(c[k], _mm256_castps_si256(_mm256_cmp_ps(
+                                      _mm256_permutevar8x32_ps(l1, _mm256_srli_epi32(c[k], 1)), r[k], _CMP_LE_OQ)));
+  for (int k = 0; k < U; ++k) {
+    const __m256i cnt = _mm256_sub_epi32(c[k], _mm256_castps_si256(_mm256_cmp_ps(last, r[k], _CMP_LE_OQ)));
+    const __m256i lo = _mm256_max_epi32(_mm256_sub_epi32(cnt, one), _mm256_setzero_si256());
+    const __m256i hi = _mm256_min_epi32(cnt, _mm256_set1_epi32(15));
+    const __m256 vlo = lut16_ps(V0, V1, lo), vhi = lut16_ps(V0, V1, hi);
+    // below the first value (cnt 0) and from the last one up (cnt 16) lo == hi, the one code there is
+    const __m256 p = _mm256_div_ps(_mm256_sub_ps(r[k], vlo), _mm256_sub_ps(vhi, vlo));
+    code[k] =
+        apply_floor8(cb, r[k], _mm256_blendv_epi8(lo, hi, _mm256_castps_si256(_mm256_cmp_ps(u[k], p, _CMP_LT_OQ))));
+  }
+}
+
+inline void encode_block_stochastic16(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
+                                      std::uint64_t key, std::int64_t i0, std::uint8_t* codes) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  Uniform8 rng(key, std::uint64_t(i0));
+  int i = 0;
+  for (; i + 32 <= len; i += 32) {
+    __m256 r[4], u[4];
+    __m256i c[4];
+    for (int k = 0; k < 4; ++k) {
+      r[k] = _mm256_div_ps(_mm256_loadu_ps(v + i + 8 * k), vs);
+      u[k] = rng.next();
+    }
+    stochastic16_8<4>(cb, L, r, u, c);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), codes32(c));
+  }
+  for (; i < len; i += 8) {
+    const int n = len - i;
+    const __m256 r = _mm256_div_ps(_mm256_maskload_ps(v + i, lane_mask8(n)), vs);
+    const __m256 u = rng.next();
+    __m256i c;
+    stochastic16_8<1>(cb, L, &r, &u, &c);
+    store_codes8(codes + i, c, n);
+  }
+}
+
+// values[c] * a for a block of codes of a 16-entry map: the map in two registers, permutes instead of gathers.
+inline int decode_block16(const Codebook& cb, const std::uint8_t* codes, int len, float a, float* out) {
+  const __m256 V0 = _mm256_loadu_ps(cb.values), V1 = _mm256_loadu_ps(cb.values + 8), va = _mm256_set1_ps(a);
+  int i = 0;
+  for (; i + 8 <= len; i += 8) {
+    const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(lut16_ps(V0, V1, c), va));
+  }
+  return i;
+}
+
+#endif
