@@ -2,7 +2,7 @@
 // the AVX2 object of the library (kernels_impl.cpp with OCTOPT_ISA_AVX2), each kernel called on one group
 // between LLVM-MCA markers. Not part of the build; bench/mca/run.sh compiles it with clang -mavx2 -mfma.
 // The closed-form encoder (closed_form8, cpu/encode_avx2.hpp) and the fused Adam loop (adam_blocks_avx2.hpp) are
-// the AVX2 branch's (w20x86, commit 2cf4624): run.sh takes that checkout's cpp/ as its argument.
+// this checkout's; run.sh takes another checkout's cpp/ as its argument to estimate that one instead.
 #define OCTOPT_ISA_AVX2 1
 #define OCTOPT_X86_KERNELS 1
 #include "cpu/kernels_impl.cpp"  // NOLINT: the kernels themselves, as the library compiles them
