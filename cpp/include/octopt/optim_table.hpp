@@ -4,7 +4,8 @@
 // (bits, block sizes, min_8bit_size, the maps of quantized states). Every surface reads this table:
 // the C++ StepPlan and Optimizer, the Python package through _octopt.optimizer_table(), the torch and
 // optax adapters, the XLA FFI handlers (the order of their hyper-parameter arrays) and the state files.
-// Adding an optimizer means one entry here plus its update rule in numerics/.
+// Adding an optimizer needs an entry here, its update rule in numerics/, and (until one definition file per
+// optimizer generates them, issue 22) the enum, slot, scalar and dispatch edits listed in docs/decisions.md.
 #include <cstddef>
 #include <cstdint>
 #include <string>
