@@ -8,10 +8,12 @@
 // --isa: the variant checked (default: the best this CPU runs); baseline is the portable closed form.
 // --stride N checks every N-th float (CTest runs a sample this way); the default, 1, checks all
 // 2 x 1,065,353,217 floats per map, which takes a few minutes. The 2 x 129 floats nearest each of the
-// map's thresholds (where a closed form can go wrong) are always checked too. Exit status 1 on any
-// difference.
+// map's thresholds (where a closed form can go wrong) are always checked too. Each map is then checked
+// again in blocks of 24 other absmax values (x = r * scale against the search on x / scale): the floats
+// near the thresholds and every (997 N)-th float. Exit status 1 on any difference.
 // Built with the C++ tests (OCTOPT_BUILD_TESTS=ON).
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -43,10 +45,11 @@ struct Tally {
   std::atomic<std::uint32_t> first_bad{0};
 };
 
-// Checks the floats with bit patterns sign | pattern(k) for k in [k0, k1).
+// Checks the floats with bit patterns sign | pattern(k) for k in [k0, k1), each as x = r * scale in a block whose
+// absmax is scale, against the search on x / scale (r itself where scale is 1).
 template <class Pattern>
 void check_range(const Codebook& cb, const octopt::cpu::Kernels& fast, std::uint32_t sign, Pattern pattern,
-                 std::uint64_t k0, std::uint64_t k1, Tally& t) {
+                 std::uint64_t k0, std::uint64_t k1, Tally& t, float scale = 1.0f) {
   std::vector<float> x(kBlock * kBlocksPerBatch);
   std::vector<std::uint8_t> ca(x.size()), cb2(x.size());
   std::vector<float> amax(kBlocksPerBatch);
@@ -55,19 +58,19 @@ void check_range(const Codebook& cb, const octopt::cpu::Kernels& fast, std::uint
     std::int64_t n = 0;
     for (; n < std::int64_t(x.size()) && k < k1; ++n) {
       if (n % kBlock == 0) {
-        x[std::size_t(n)] = 1.0f;
+        x[std::size_t(n)] = scale;
         continue;
       }
       const std::uint32_t u = sign | pattern(k);
-      x[std::size_t(n)] = from_bits(u);
+      x[std::size_t(n)] = from_bits(u) * scale;
       ++k;
     }
     const std::int64_t blocks = (n + kBlock - 1) / kBlock;
     fast.quantize(x.data(), octopt::DType::f32, n, cb, kBlock, 8, octopt::Rounding::nearest, 0, ca.data(), amax.data(),
                   0, blocks);
-    // the reference: every block's absmax is 1, so r = x / 1
+    // the reference: every block's absmax is scale (|x| <= scale), so r = x / scale
     for (std::int64_t i = 0; i < n; ++i)
-      cb2[std::size_t(i)] = std::uint8_t(octopt::nearest_code(cb, x[std::size_t(i)] / 1.0f));
+      cb2[std::size_t(i)] = std::uint8_t(octopt::nearest_code(cb, x[std::size_t(i)] / scale));
     std::uint64_t bad = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       if (i % kBlock == 0 || ca[std::size_t(i)] == cb2[std::size_t(i)]) continue;
@@ -138,14 +141,44 @@ int main(int argc, char** argv) {
         });
         check_range(cb, fast, sign, nearby, 0, near.size(), t);
       }
-      std::printf("%-8s map%-11s closed form %-3s width %.3g: %llu floats checked, %llu differ",
+      std::printf("%-8s map%-11s closed form %-3s (mirror form %-3s) width %.3g: %llu floats checked, %llu differ",
                   map == 2    ? "fp8"
                   : is_signed ? "signed"
                               : "unsigned",
-                  floor ? " + floor" : "", closed ? "yes" : "no", double(cf.width),
-                  static_cast<unsigned long long>(t.checked.load()), static_cast<unsigned long long>(t.differ.load()));
+                  floor ? " + floor" : "", closed ? "yes" : "no", closed && cf.mirror && cf.pos16 ? "yes" : "no",
+                  double(cf.width), static_cast<unsigned long long>(t.checked.load()),
+                  static_cast<unsigned long long>(t.differ.load()));
       if (t.differ.load()) {
         std::printf(" (first: bits 0x%08x)", t.first_bad.load());
+        ++failures;
+      }
+      std::printf("\n");
+      // Blocks of other absmax values, where a kernel may divide by way of a reciprocal (ClosedForm::recip_delta):
+      // the floats near the thresholds and a sparser sample, times each scale (normal reciprocals, the range's
+      // edges, reciprocals outside it, a spread of exponents).
+      Tally ts;
+      std::vector<float> scales = {3.0f,        0.7310586f,  1.0f / 3.0f, 1.1f,    0x1.8p-119f, 0x1.fffffep+119f,
+                                   0x1.3p-126f, 0x1.7p+125f, 1e-30f,      6.02e23f};
+      std::uint32_t lcg = 12345u;
+      for (int k = 0; k < 14; ++k) {
+        lcg = lcg * 1664525u + 1013904223u;
+        scales.push_back(std::ldexp(1.0f + float(lcg >> 9) * 0x1p-23f, int(lcg % 121u) - 60));
+      }
+      const std::uint64_t sparse = stride * 997;
+      const std::uint64_t scount = kOneBits / sparse + 1;
+      const auto sampled = [&](std::uint64_t k) { return std::uint32_t(k * sparse); };
+      octopt::parallel_for(std::int64_t(scales.size()), 1, [&](std::int64_t s0, std::int64_t s1) {
+        for (std::int64_t q = s0; q < s1; ++q)
+          for (std::uint32_t sign : {0u, 0x80000000u}) {
+            check_range(cb, fast, sign, nearby, 0, near.size(), ts, scales[std::size_t(q)]);
+            check_range(cb, fast, sign, sampled, 0, scount, ts, scales[std::size_t(q)]);
+          }
+      });
+      std::printf("%-8s    %-11s %zu block scales: %llu floats checked, %llu differ", "", "", scales.size(),
+                  static_cast<unsigned long long>(ts.checked.load()),
+                  static_cast<unsigned long long>(ts.differ.load()));
+      if (ts.differ.load()) {
+        std::printf(" (first: bits 0x%08x)", ts.first_bad.load());
         ++failures;
       }
       std::printf("\n");

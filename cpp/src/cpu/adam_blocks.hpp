@@ -11,14 +11,12 @@
 
 #if defined(OCTOPT_ISA_AVX512)
 
-// Whether the fused path takes this tensor: both moments quantized with absmax scaling (percentile
-// scaling stays on the generic loop).
+// Whether the fused path takes this tensor: both moments allocated, each at 32 bits (updated where it
+// lies) or quantized with absmax scaling (percentile scaling stays on the generic loop).
 inline bool adam_fused_applies(const StepConfig& cfg, const StepTensor& slot) {
   if (percentile_clips(cfg.percentile)) return false;
-  for (int k = 0; k < 2; ++k) {
-    const StateBuffer& sb = slot.state[k];
-    if (!sb.data || sb.bits == 32) return false;
-  }
+  for (int k = 0; k < 2; ++k)
+    if (!slot.state[k].data) return false;
   return true;
 }
 
@@ -99,16 +97,22 @@ std::int64_t adam_fused_blocks(const StepConfig& cfg, const StepTensor& slot, co
       ++skipped;
       continue;
     }
-    for (int k = 0; k < 2; ++k) load_state(slot.state[k], cfg.codebooks, *levels[k], vbmi, b, i0, len, s.s[k], s.codes);
+    float* st[2];
+    for (int k = 0; k < 2; ++k) {
+      const StateBuffer& sb = slot.state[k];
+      st[k] = sb.bits == 32 ? static_cast<float*>(sb.data) + i0 : s.s[k];
+      if (sb.bits != 32) load_state(sb, cfg.codebooks, *levels[k], vbmi, b, i0, len, s.s[k], s.codes);
+    }
     __m512i amax_m = _mm512_setzero_si512(), amax_v = _mm512_setzero_si512();
     if (plain)
-      adam_update_block<kAdamW, true>(h, g, param + i0, s.s[0], s.s[1], len, amax_m, amax_v);
+      adam_update_block<kAdamW, true>(h, g, param + i0, st[0], st[1], len, amax_m, amax_v);
     else
-      adam_update_block<kAdamW, false>(h, g, param + i0, s.s[0], s.s[1], len, amax_m, amax_v);
+      adam_update_block<kAdamW, false>(h, g, param + i0, st[0], st[1], len, amax_m, amax_v);
     const float amax[2] = {bits_f32(std::uint32_t(_mm512_reduce_max_epu32(amax_m))),
                            bits_f32(std::uint32_t(_mm512_reduce_max_epu32(amax_v)))};
     for (int k = 0; k < 2; ++k) {
       const StateBuffer& sb = slot.state[k];
+      if (sb.bits == 32) continue;
       sb.absmax[b] = amax[k];
       auto* dst = static_cast<std::uint8_t*>(sb.data);
       std::uint8_t* out = sb.bits == 8 ? dst + i0 : s.codes;

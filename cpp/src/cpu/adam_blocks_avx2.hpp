@@ -8,14 +8,12 @@
 
 #if defined(OCTOPT_ISA_AVX2)
 
-// Whether the fused path takes this tensor: both moments quantized with absmax scaling (percentile
-// scaling stays on the generic loop).
+// Whether the fused path takes this tensor: both moments allocated, each at 32 bits (updated where it
+// lies) or quantized with absmax scaling (percentile scaling stays on the generic loop).
 inline bool adam_fused_applies(const StepConfig& cfg, const StepTensor& slot) {
   if (percentile_clips(cfg.percentile)) return false;
-  for (int k = 0; k < 2; ++k) {
-    const StateBuffer& sb = slot.state[k];
-    if (!sb.data || sb.bits == 32) return false;
-  }
+  for (int k = 0; k < 2; ++k)
+    if (!slot.state[k].data) return false;
   return true;
 }
 
@@ -120,14 +118,20 @@ std::int64_t adam_fused_blocks(const StepConfig& cfg, const StepTensor& slot, co
       ++skipped;
       continue;
     }
-    for (int k = 0; k < 2; ++k) load_state(slot.state[k], cfg.codebooks, *levels[k], vbmi, b, i0, len, s.s[k], s.codes);
-    std::uint32_t bits[2];
-    if (plain)
-      adam_update_block8<kAdamW, true>(h, g, param + i0, s.s[0], s.s[1], len, bits[0], bits[1]);
-    else
-      adam_update_block8<kAdamW, false>(h, g, param + i0, s.s[0], s.s[1], len, bits[0], bits[1]);
+    float* st[2];
     for (int k = 0; k < 2; ++k) {
       const StateBuffer& sb = slot.state[k];
+      st[k] = sb.bits == 32 ? static_cast<float*>(sb.data) + i0 : s.s[k];
+      if (sb.bits != 32) load_state(sb, cfg.codebooks, *levels[k], vbmi, b, i0, len, s.s[k], s.codes);
+    }
+    std::uint32_t bits[2];
+    if (plain)
+      adam_update_block8<kAdamW, true>(h, g, param + i0, st[0], st[1], len, bits[0], bits[1]);
+    else
+      adam_update_block8<kAdamW, false>(h, g, param + i0, st[0], st[1], len, bits[0], bits[1]);
+    for (int k = 0; k < 2; ++k) {
+      const StateBuffer& sb = slot.state[k];
+      if (sb.bits == 32) continue;
       const float amax = bits_f32(bits[k]);
       sb.absmax[b] = amax;
       auto* dst = static_cast<std::uint8_t*>(sb.data);

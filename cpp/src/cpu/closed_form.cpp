@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -154,6 +155,34 @@ bool fill_bins(const Codebook& cb, const Side& s, const std::vector<Run>& runs, 
   return true;
 }
 
+// Whether the negative side is the positive side reflected (ClosedForm::mirror), and each bin's down[]. Inside a run
+// the positive side's formula serves both signs: a negative boundary lies at the positive one or one float below it,
+// and both of those floats fall in the positive formula's unsure band. A run boundary is decided by the compare, so
+// its negative magnitude sets down[bin].
+bool mirror_form(const Codebook& cb, const Side& pos, const Side& neg, ClosedForm& cf) {
+  const int z = pos.codes[0];
+  const std::size_t nneg = neg.codes.size() - 1, npos = pos.codes.size() - 1;
+  if (nneg > npos || (cb.nonzero_floor >= 0 && nneg > 0)) return false;
+  for (std::size_t k = 1; k <= nneg; ++k)
+    if (!(cb.values[z - int(k)] == -cb.values[z + int(k)])) return false;
+  for (int b = 0; b < kBins; ++b) {
+    if (!(cf.up[b] <= std::numeric_limits<float>::max())) continue;  // no run boundary in this bin
+    for (std::size_t i = 0; i < nneg; ++i) {
+      if (boundary(cb, pos, i).magnitude != cf.up[b]) continue;
+      std::uint32_t u, un;
+      const float m = boundary(cb, neg, i).magnitude;
+      std::memcpy(&u, &cf.up[b], 4);
+      std::memcpy(&un, &m, 4);
+      if (!(u == un || u == un + 1)) return false;
+      cf.down[b] = std::uint8_t(u - un);
+    }
+    // a boundary past the negative side's last entry (or the start of a top run) needs no down: a negative r
+    // there reflects below code 0 and takes 0
+  }
+  cf.zero = z;
+  return true;
+}
+
 }  // namespace
 
 bool build_closed_form(const Codebook& cb, ClosedForm& cf) {
@@ -191,6 +220,19 @@ bool build_closed_form(const Codebook& cb, ClosedForm& cf) {
   if (!fill_bins(cb, pos, rp, 0, cf.up, cf.run)) return false;
   if (!fill_bins(cb, neg, rn, int(rp.size()), cf.up + kBins, cf.run + kBins)) return false;
   if (!(width < 0.25)) return false;
+  int top = 0;
+  for (int b = 0; b < kBins; ++b) top = std::max(top, cf.run[b] + (cf.up[b] <= 3.0e38f ? 1 : 0));
+  cf.pos16 = top < 16;
+  for (int k = 0; k < kMaxRuns; ++k) {
+    cf.run8[k] = std::uint8_t(cf.run[k]);
+    cf.lo8[k] = std::uint8_t(cf.lo[k]);
+    cf.hi8[k] = std::uint8_t(cf.hi[k]);
+  }
+  for (int b = 0; b < kBins; ++b) {
+    std::memcpy(&cf.up_m1[b], &cf.up[b], 4);
+    cf.up_m1[b] -= 1;
+  }
+  cf.mirror = mirror_form(cb, pos, neg, cf);
   // a little above the measured worst case, so that no lane sits exactly on the margin
   cf.width = float(width) * 1.0001f + 1e-7f;
   cf.valid = true;

@@ -35,6 +35,20 @@ struct ClosedForm {
   alignas(64) std::int32_t hi[kMaxRuns];  // and its largest
   float width = 0.0f;
   bool valid = false;
+  // Mirror form (used by the AVX2 kernel, whose 32-entry lookups cost four lane-crossing permutes each): the
+  // negative side is the positive one reflected (values[zero - k] == -values[zero + k] for every negative
+  // entry), so a negative r takes max(2 zero - c, 0), c the positive side's code of |r| from the first
+  // kBins entries of the tables, with each bin's run compare lowered by down[bin] (0 or 1 in the bit
+  // pattern: where a midpoint is a float, the negative side's boundary is that float, the positive side's
+  // the next one up). Also for a map with no negative entry (zero == 0): a negative r takes code 0.
+  bool mirror = false;
+  std::int32_t zero = 0;
+  alignas(16) std::uint8_t down[kBins] = {};
+  // The same tables as the byte-shuffle kernels read them (run, lo and hi as bytes; up[] of the positive side
+  // as bit patterns less one), and whether every run a positive r reaches is among the first 16.
+  alignas(16) std::uint8_t run8[kMaxRuns] = {}, lo8[kMaxRuns] = {}, hi8[kMaxRuns] = {};
+  alignas(32) std::int32_t up_m1[kBins] = {};
+  bool pos16 = false;
 };
 
 // Tables for `cb` (any map with an exact zero whose values fall into at most 32 evenly spaced runs,

@@ -102,23 +102,19 @@ inline __m256i lut32_u8(__m256i t0, __m256i t1, __m256i j) {
 struct ClosedForm8 {
   const ClosedForm& cf;
   __m256i run[2], lo[2], hi[2];
+  __m256i down, zero2;  // mirror form: ClosedForm::down as bytes, 2 * ClosedForm::zero
   __m256 width;
-  bool pos16;  // every run a positive r reaches is among the first 16: closed_form8_pos applies
-  explicit ClosedForm8(const ClosedForm& c) : cf(c) {
-    int top = 0;
-    for (int b = 0; b < kBins; ++b) top = std::max(top, cf.run[b] + (cf.up[b] <= 3.0e38f ? 1 : 0));
-    pos16 = top < 16;
+  bool pos16;   // every run a positive r reaches is among the first 16: closed_form8_pos applies
+  bool mirror;  // pos16 and ClosedForm::mirror: closed_form8_mirror applies to every r
+  explicit ClosedForm8(const ClosedForm& c) : cf(c), pos16(c.pos16), mirror(c.pos16 && c.mirror) {
     static_assert(2 * kBins == 32 && kMaxRuns == 32, "32-entry byte tables");
-    alignas(16) std::uint8_t b[3][32];
-    for (int k = 0; k < kMaxRuns; ++k) {
-      b[0][k] = std::uint8_t(cf.run[k]);
-      b[1][k] = std::uint8_t(cf.lo[k]);
-      b[2][k] = std::uint8_t(cf.hi[k]);
-    }
+    const std::uint8_t* b[3] = {cf.run8, cf.lo8, cf.hi8};
     __m256i* t[3] = {run, lo, hi};
     for (int q = 0; q < 3; ++q)
       for (int h = 0; h < 2; ++h)
         t[q][h] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(b[q] + 16 * h)));
+    down = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(cf.down)));
+    zero2 = _mm256_set1_epi32(2 * cf.zero);
     width = _mm256_set1_ps(cf.width);
   }
 };
@@ -182,25 +178,67 @@ inline void closed_form8_pos(const ClosedForm8& R, const __m256* r, __m256i* cod
   }
 }
 
+// closed_form8 for a map in mirror form (ClosedForm::mirror) and any sign: the positive side's tables on |r| (16
+// bins and 16 runs: two permutes and a blend per float table, as closed_form8_pos, instead of four and three), a
+// negative lane's run compare lowered by down[bin], its code reflected as max(2 zero - c, 0).
+template <int U>
+inline void closed_form8_mirror(const ClosedForm8& R, const __m256* r, __m256i* code, __m256* unsure) {
+  const __m256i z = _mm256_set1_epi32(std::int32_t(0x80808000u));  // bytes 1..3 of an index read as zero
+  const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+  __m256i neg[U], run[U];
+  __m256 a[U], x[U];
+  for (int u = 0; u < U; ++u) {
+    // r <= 0 takes the reflected code (zero included: a floor is for r > 0 only, and zero reflects to itself)
+    neg[u] = _mm256_castps_si256(_mm256_cmp_ps(r[u], _mm256_setzero_ps(), _CMP_LE_OQ));
+    const __m256i ab = _mm256_and_si256(_mm256_castps_si256(r[u]), absmask);
+    a[u] = _mm256_castsi256_ps(ab);
+    const __m256i bin =
+        _mm256_or_si256(_mm256_subs_epu16(_mm256_srli_epi32(ab, 24), _mm256_set1_epi32(kBinBias / 2)), z);
+    const __m256i t =
+        _mm256_castps_si256(lut16_ps(_mm256_load_ps(reinterpret_cast<const float*>(R.cf.up_m1)),
+                                     _mm256_load_ps(reinterpret_cast<const float*>(R.cf.up_m1 + 8)), bin));
+    const __m256i adj = _mm256_add_epi32(ab, _mm256_and_si256(_mm256_shuffle_epi8(R.down, bin), neg[u]));
+    run[u] = _mm256_sub_epi32(_mm256_shuffle_epi8(R.run[0], bin), _mm256_cmpgt_epi32(adj, t));
+  }
+  for (int u = 0; u < U; ++u)
+    x[u] = _mm256_fmadd_ps(a[u], lut16_ps(_mm256_load_ps(R.cf.A), _mm256_load_ps(R.cf.A + 8), run[u]),
+                           lut16_ps(_mm256_load_ps(R.cf.B), _mm256_load_ps(R.cf.B + 8), run[u]));
+  for (int u = 0; u < U; ++u) {
+    const __m256 d = _mm256_sub_ps(x[u], _mm256_floor_ps(x[u]));
+    unsure[u] = _mm256_cmp_ps(d, R.width, _CMP_NGE_UQ);  // NaN (r not finite) too
+    const __m256i j = _mm256_or_si256(run[u], z);
+    const __m256i c = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(x[u]), _mm256_shuffle_epi8(R.lo[0], j)),
+                                       _mm256_shuffle_epi8(R.hi[0], j));
+    const __m256i reflected = _mm256_max_epi32(_mm256_sub_epi32(R.zero2, c), _mm256_setzero_si256());
+    code[u] = _mm256_blendv_epi8(c, reflected, neg[u]);
+  }
+}
+
 // Nearest codes of a block of a 256-entry map with closed-form tables, 32 codes at a time, then 8; a group
 // with an unsure lane is redone by the level search (rare: ~0.1% of the vectors of an optimizer step).
-// Requires |v[i]| <= scale (absmax scaling), as the AVX-512 kernel.
-inline void encode_block_closed_form8(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
-                                      std::uint8_t* codes) {
-  const ClosedForm8 R(L.cf);
+// Requires |v[i]| <= scale (absmax scaling), as the AVX-512 kernel. A group of positive lanes takes the positive side
+// alone (closed_form8_pos: a second moment's, nearly always); kMirror: the map is in mirror form (ClosedForm8::mirror),
+// so any other group takes closed_form8_mirror (a first moment's), else the general closed_form8. (A multiply by
+// 1 / scale instead of the division, with the unsure band widened by the reciprocal's error, was measured slower
+// on Zen 4: the divider is not the bound here, the extra compares are.)
+template <bool kMirror>
+inline void encode_groups_closed_form8(const Codebook& cb, const Levels& L, const ClosedForm8& R, const float* v,
+                                       int len, float scale, std::uint8_t* codes) {
   const __m256 vs = _mm256_set1_ps(scale);
   int i = 0;
   for (; i + 32 <= len; i += 32) {
     __m256 r[4], unsure[4];
     __m256i c[4];
     for (int u = 0; u < 4; ++u) r[u] = _mm256_div_ps(_mm256_loadu_ps(v + i + 8 * u), vs);
-    // all 32 lanes > 0 (no sign bit, not zero; a NaN lane fails the compare)
+    // all 32 lanes > 0 (no sign bit, not zero; a NaN lane fails the compare): the positive side alone
     const __m256 le0 = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(r[0], _mm256_setzero_ps(), _CMP_NGT_UQ),
                                                  _mm256_cmp_ps(r[1], _mm256_setzero_ps(), _CMP_NGT_UQ)),
                                     _mm256_or_ps(_mm256_cmp_ps(r[2], _mm256_setzero_ps(), _CMP_NGT_UQ),
                                                  _mm256_cmp_ps(r[3], _mm256_setzero_ps(), _CMP_NGT_UQ)));
     if (R.pos16 && _mm256_testz_ps(le0, le0))
       closed_form8_pos<4>(R, r, c, unsure);
+    else if (kMirror)
+      closed_form8_mirror<4>(R, r, c, unsure);
     else
       closed_form8<4>(R, r, c, unsure);
     const __m256 any = _mm256_or_ps(_mm256_or_ps(unsure[0], unsure[1]), _mm256_or_ps(unsure[2], unsure[3]));
@@ -214,11 +252,23 @@ inline void encode_block_closed_form8(const Codebook& cb, const Levels& L, const
     __m256 r = _mm256_div_ps(_mm256_maskload_ps(v + i, m), vs);
     __m256 unsure;
     __m256i c;
-    closed_form8<1>(R, &r, &c, &unsure);
+    if constexpr (kMirror)
+      closed_form8_mirror<1>(R, &r, &c, &unsure);
+    else
+      closed_form8<1>(R, &r, &c, &unsure);
     unsure = _mm256_and_ps(unsure, _mm256_castsi256_ps(m));
     if (__builtin_expect(!_mm256_testz_ps(unsure, unsure), 0)) c = apply_floor8(cb, r, search_levels8(L.lvl, 256, r));
     store_codes8(codes + i, c, n);
   }
+}
+
+inline void encode_block_closed_form8(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
+                                      std::uint8_t* codes) {
+  const ClosedForm8 R(L.cf);
+  if (R.mirror)
+    encode_groups_closed_form8<true>(cb, L, R, v, len, scale, codes);
+  else
+    encode_groups_closed_form8<false>(cb, L, R, v, len, scale, codes);
 }
 
 // The counter-based generator (rng.hpp: SplitMix64's finalizer on the Weyl sequence key + (index + 1) * golden)
