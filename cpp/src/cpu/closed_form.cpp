@@ -223,6 +223,11 @@ bool build_closed_form(const Codebook& cb, ClosedForm& cf) {
   int top = 0;
   for (int b = 0; b < kBins; ++b) top = std::max(top, cf.run[b] + (cf.up[b] <= 3.0e38f ? 1 : 0));
   cf.pos16 = top < 16;
+  cf.runs8 = top <= 8;
+  for (int k = 1; k <= 8 && k < kMaxRuns; ++k) {
+    cf.A8[k - 1] = cf.A[k];
+    cf.B8[k - 1] = cf.B[k];
+  }
   for (int k = 0; k < kMaxRuns; ++k) {
     cf.run8[k] = std::uint8_t(cf.run[k]);
     cf.lo8[k] = std::uint8_t(cf.lo[k]);

@@ -49,6 +49,10 @@ struct ClosedForm {
   alignas(16) std::uint8_t run8[kMaxRuns] = {}, lo8[kMaxRuns] = {}, hi8[kMaxRuns] = {};
   alignas(32) std::int32_t up_m1[kBins] = {};
   bool pos16 = false;
+  // Whether the positive side has at most 8 runs besides its zero run (run 0): then A and B of runs 1..8 are
+  // one 8-entry table each (A8, B8), and a lane of run 0 takes lo[0] without the formula.
+  bool runs8 = false;
+  alignas(32) float A8[8] = {}, B8[8] = {};
 };
 
 // Tables for `cb` (any map with an exact zero whose values fall into at most 32 evenly spaced runs,

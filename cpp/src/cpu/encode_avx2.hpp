@@ -119,6 +119,29 @@ struct ClosedForm8 {
   }
 };
 
+// x = fma(a, A[run], B[run]) on the positive side's runs: 16-entry tables, or (k8: ClosedForm::runs8) the 8-entry
+// tables of runs 1..8, one permute each (run 0's lanes read run 8's entry; closed_form8_zero_run replaces them).
+template <bool k8>
+inline __m256 formula8(const ClosedForm8& R, __m256 a, __m256i run) {
+  if (k8) {
+    const __m256i j = _mm256_sub_epi32(run, _mm256_set1_epi32(1));
+    return _mm256_fmadd_ps(a, _mm256_permutevar8x32_ps(_mm256_load_ps(R.cf.A8), j),
+                           _mm256_permutevar8x32_ps(_mm256_load_ps(R.cf.B8), j));
+  }
+  return _mm256_fmadd_ps(a, lut16_ps(_mm256_load_ps(R.cf.A), _mm256_load_ps(R.cf.A + 8), run),
+                         lut16_ps(_mm256_load_ps(R.cf.B), _mm256_load_ps(R.cf.B + 8), run));
+}
+
+// k8: a lane of the zero run (run 0; always finite, as a NaN or infinite r falls into the top bin) takes that run's
+// code, lo[0], and is sure (its formula value is that code + 0.5 anyway).
+template <bool k8>
+inline void closed_form8_zero_run(const ClosedForm8& R, __m256i run, __m256i& c, __m256& unsure) {
+  if (!k8) return;
+  const __m256i z0 = _mm256_cmpeq_epi32(run, _mm256_setzero_si256());
+  c = _mm256_blendv_epi8(c, _mm256_set1_epi32(R.cf.lo[0]), z0);
+  unsure = _mm256_andnot_ps(_mm256_castsi256_ps(z0), unsure);
+}
+
 // The closed form on U vectors of 8 lanes, stage by stage across them (each vector's stages are one
 // dependent chain): the codes, and per vector the lanes (all ones) the search must settle.
 template <int U>
@@ -154,7 +177,7 @@ inline void closed_form8(const ClosedForm8& R, const __m256* r, __m256i* code, _
 
 // closed_form8 for vectors whose lanes are all > 0 (a second moment's, nearly always): the positive side's 16 bins
 // and (pos16) 16 runs, so each float table is two permutes and a blend, each byte table one shuffle.
-template <int U>
+template <int U, bool k8 = false>
 inline void closed_form8_pos(const ClosedForm8& R, const __m256* r, __m256i* code, __m256* unsure) {
   const __m256i z = _mm256_set1_epi32(std::int32_t(0x80808000u));  // bytes 1..3 of an index read as zero
   __m256i bin[U], run[U];
@@ -166,22 +189,21 @@ inline void closed_form8_pos(const ClosedForm8& R, const __m256* r, __m256i* cod
         _mm256_castps_si256(
             _mm256_cmp_ps(r[u], lut16_ps(_mm256_load_ps(R.cf.up), _mm256_load_ps(R.cf.up + 8), bin[u]), _CMP_GE_OQ)));
   }
-  for (int u = 0; u < U; ++u)
-    x[u] = _mm256_fmadd_ps(r[u], lut16_ps(_mm256_load_ps(R.cf.A), _mm256_load_ps(R.cf.A + 8), run[u]),
-                           lut16_ps(_mm256_load_ps(R.cf.B), _mm256_load_ps(R.cf.B + 8), run[u]));
+  for (int u = 0; u < U; ++u) x[u] = formula8<k8>(R, r[u], run[u]);
   for (int u = 0; u < U; ++u) {
     const __m256 d = _mm256_sub_ps(x[u], _mm256_floor_ps(x[u]));
     unsure[u] = _mm256_cmp_ps(d, R.width, _CMP_NGE_UQ);
     const __m256i j = _mm256_or_si256(run[u], z);
     code[u] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(x[u]), _mm256_shuffle_epi8(R.lo[0], j)),
                                _mm256_shuffle_epi8(R.hi[0], j));
+    closed_form8_zero_run<k8>(R, run[u], code[u], unsure[u]);
   }
 }
 
 // closed_form8 for a map in mirror form (ClosedForm::mirror) and any sign: the positive side's tables on |r| (16
 // bins and 16 runs: two permutes and a blend per float table, as closed_form8_pos, instead of four and three), a
 // negative lane's run compare lowered by down[bin], its code reflected as max(2 zero - c, 0).
-template <int U>
+template <int U, bool k8 = false>
 inline void closed_form8_mirror(const ClosedForm8& R, const __m256* r, __m256i* code, __m256* unsure) {
   const __m256i z = _mm256_set1_epi32(std::int32_t(0x80808000u));  // bytes 1..3 of an index read as zero
   const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
@@ -200,15 +222,14 @@ inline void closed_form8_mirror(const ClosedForm8& R, const __m256* r, __m256i* 
     const __m256i adj = _mm256_add_epi32(ab, _mm256_and_si256(_mm256_shuffle_epi8(R.down, bin), neg[u]));
     run[u] = _mm256_sub_epi32(_mm256_shuffle_epi8(R.run[0], bin), _mm256_cmpgt_epi32(adj, t));
   }
-  for (int u = 0; u < U; ++u)
-    x[u] = _mm256_fmadd_ps(a[u], lut16_ps(_mm256_load_ps(R.cf.A), _mm256_load_ps(R.cf.A + 8), run[u]),
-                           lut16_ps(_mm256_load_ps(R.cf.B), _mm256_load_ps(R.cf.B + 8), run[u]));
+  for (int u = 0; u < U; ++u) x[u] = formula8<k8>(R, a[u], run[u]);
   for (int u = 0; u < U; ++u) {
     const __m256 d = _mm256_sub_ps(x[u], _mm256_floor_ps(x[u]));
     unsure[u] = _mm256_cmp_ps(d, R.width, _CMP_NGE_UQ);  // NaN (r not finite) too
     const __m256i j = _mm256_or_si256(run[u], z);
-    const __m256i c = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(x[u]), _mm256_shuffle_epi8(R.lo[0], j)),
-                                       _mm256_shuffle_epi8(R.hi[0], j));
+    __m256i c = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(x[u]), _mm256_shuffle_epi8(R.lo[0], j)),
+                                 _mm256_shuffle_epi8(R.hi[0], j));
+    closed_form8_zero_run<k8>(R, run[u], c, unsure[u]);
     const __m256i reflected = _mm256_max_epi32(_mm256_sub_epi32(R.zero2, c), _mm256_setzero_si256());
     code[u] = _mm256_blendv_epi8(c, reflected, neg[u]);
   }
@@ -221,7 +242,7 @@ inline void closed_form8_mirror(const ClosedForm8& R, const __m256* r, __m256i* 
 // so any other group takes closed_form8_mirror (a first moment's), else the general closed_form8. (A multiply by
 // 1 / scale instead of the division, with the unsure band widened by the reciprocal's error, was measured slower
 // on Zen 4: the divider is not the bound here, the extra compares are.)
-template <bool kMirror>
+template <bool kMirror, bool k8 = false>
 inline void encode_groups_closed_form8(const Codebook& cb, const Levels& L, const ClosedForm8& R, const float* v,
                                        int len, float scale, std::uint8_t* codes) {
   const __m256 vs = _mm256_set1_ps(scale);
@@ -236,9 +257,9 @@ inline void encode_groups_closed_form8(const Codebook& cb, const Levels& L, cons
                                     _mm256_or_ps(_mm256_cmp_ps(r[2], _mm256_setzero_ps(), _CMP_NGT_UQ),
                                                  _mm256_cmp_ps(r[3], _mm256_setzero_ps(), _CMP_NGT_UQ)));
     if (R.pos16 && _mm256_testz_ps(le0, le0))
-      closed_form8_pos<4>(R, r, c, unsure);
+      closed_form8_pos<4, k8>(R, r, c, unsure);
     else if (kMirror)
-      closed_form8_mirror<4>(R, r, c, unsure);
+      closed_form8_mirror<4, k8>(R, r, c, unsure);
     else
       closed_form8<4>(R, r, c, unsure);
     const __m256 any = _mm256_or_ps(_mm256_or_ps(unsure[0], unsure[1]), _mm256_or_ps(unsure[2], unsure[3]));
@@ -265,7 +286,9 @@ inline void encode_groups_closed_form8(const Codebook& cb, const Levels& L, cons
 inline void encode_block_closed_form8(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
                                       std::uint8_t* codes) {
   const ClosedForm8 R(L.cf);
-  if (R.mirror)
+  if (R.mirror && L.cf.runs8)
+    encode_groups_closed_form8<true, true>(cb, L, R, v, len, scale, codes);
+  else if (R.mirror)
     encode_groups_closed_form8<true>(cb, L, R, v, len, scale, codes);
   else
     encode_groups_closed_form8<false>(cb, L, R, v, len, scale, codes);
