@@ -9,9 +9,10 @@
 
 namespace octopt::cpu::isa_avx2 {
 
-// The main loop's group of encode_block_closed_form8 (cpu/encode_avx2.hpp): 32 floats, divided by the block
-// scale, the closed form on four vectors, the unsure test and the store of the codes (the rare unsure group's
-// level search left out, as the NEON driver's is); bench/mca/run.sh halves the count for 16.
+// The main loop's group of encode_block_closed_form8 (cpu/encode_avx2.hpp) for a map in mirror form with eight
+// runs a side (the dynamic maps, a first moment's group of mixed signs): 32 floats, divided by the block scale, the
+// closed form on four vectors, the unsure test and the store of the codes (the rare unsure group's level search
+// left out, as the NEON driver's is); bench/mca/run.sh halves the count for 16.
 extern "C" [[gnu::flatten]] void mca_encode_avx2(const Levels& L, const float* v, float scale, std::uint8_t* codes,
                                                  int* unsure_groups) {
   const ClosedForm8 R(L.cf);
@@ -20,7 +21,7 @@ extern "C" [[gnu::flatten]] void mca_encode_avx2(const Levels& L, const float* v
   __m256 r[4], unsure[4];
   __m256i c[4];
   for (int u = 0; u < 4; ++u) r[u] = _mm256_div_ps(_mm256_loadu_ps(v + 8 * u), vs);
-  closed_form8<4>(R, r, c, unsure);
+  closed_form8_mirror<4, true>(R, r, c, unsure);
   const __m256 any = _mm256_or_ps(_mm256_or_ps(unsure[0], unsure[1]), _mm256_or_ps(unsure[2], unsure[3]));
   *unsure_groups += !_mm256_testz_ps(any, any);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), codes32(c));

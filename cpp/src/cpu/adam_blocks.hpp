@@ -1,6 +1,6 @@
 #pragma once
-// Adam and AdamW over float32 parameters and gradients with both moments quantized (8 or 4 bits,
-// absmax scaling): one pass per block on AVX-512. The gradient's finiteness check,
+// Adam and AdamW over float32 parameters and gradients with both moments allocated, each quantized (8 or 4
+// bits, absmax scaling) or at 32 bits (updated where it lies): one pass per block on AVX-512. The gradient's finiteness check,
 // the moments' decode, the update with the block absmax of both new moments (in registers), and
 // their encode; the tables of both maps come once per chunk (levels_for). No software prefetch: the
 // four streams are sequential and the hardware prefetchers keep up (measured at 2^24 parameters, one
