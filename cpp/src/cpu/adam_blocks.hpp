@@ -1,13 +1,12 @@
 #pragma once
 // Adam and AdamW over float32 parameters and gradients with both moments allocated, each quantized (8 or 4
-// bits, absmax scaling) or at 32 bits (updated where it lies): one pass per block on AVX-512. The gradient's finiteness check,
-// the moments' decode, the update with the block absmax of both new moments (in registers), and
-// their encode; the tables of both maps come once per chunk (levels_for). No software prefetch: the
-// four streams are sequential and the hardware prefetchers keep up (measured at 2^24 parameters, one
-// thread: none 1.83 ns/param, 4 blocks ahead 1.84-1.89, 8 blocks 1.95). The arithmetic is
-// update_element's, operation for operation, so the results are those of the generic block loop; a NaN
-// it makes is stored as the canonical 0x7FC00000. The AVX2 loop is adam_blocks_avx2.hpp.
-// Included by kernels_impl.cpp inside its ISA namespace, after the helpers it uses.
+// bits, absmax scaling) or at 32 bits (updated where it lies): one pass per block on AVX-512. The gradient's finiteness
+// check, the moments' decode, the update with the block absmax of both new moments (in registers), and their encode;
+// the tables of both maps come once per chunk (levels_for). No software prefetch: the four streams are sequential and
+// the hardware prefetchers keep up (measured at 2^24 parameters, one thread: none 1.83 ns/param, 4 blocks
+// ahead 1.84-1.89, 8 blocks 1.95). The arithmetic is update_element's, operation for operation, so the results are
+// those of the generic block loop; a NaN it makes is stored as the canonical 0x7FC00000. The AVX2 loop is
+// adam_blocks_avx2.hpp. Included by kernels_impl.cpp inside its ISA namespace, after the helpers it uses.
 
 #if defined(OCTOPT_ISA_AVX512)
 

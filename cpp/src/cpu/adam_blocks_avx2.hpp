@@ -1,10 +1,10 @@
 #pragma once
 // Adam and AdamW with both moments allocated (quantized, or 32-bit and updated where they lie): one pass per
 // block on AVX2, as adam_blocks.hpp does on AVX-512 (the gradient's finiteness check, the quantized moments'
-// decode, the update with the block absmax of the new moments in registers, their encode). The arithmetic is update_element's, operation for
-// operation, so the results are those of the generic block loop; a NaN it makes is stored as the
-// canonical 0x7FC00000 on every backend (x86 arithmetic makes 0xFFC00000).
-// Included by kernels_impl.cpp inside its ISA namespace, after the helpers it uses.
+// decode, the update with the block absmax of the new moments in registers, their encode). The arithmetic is
+// update_element's, operation for operation, so the results are those of the generic block loop; a NaN it makes is
+// stored as the canonical 0x7FC00000 on every backend (x86 arithmetic makes 0xFFC00000). Included by kernels_impl.cpp
+// inside its ISA namespace, after the helpers it uses.
 
 #if defined(OCTOPT_ISA_AVX2)
 
