@@ -1,9 +1,9 @@
 #pragma once
-// Adam and AdamW over float32 parameters and gradients with both moments quantized (8 or 4 bits, absmax
-// scaling), one pass per block, in plain C++ for the vectorizer (the portable kernels; the NEON build
-// shares it): the gradient's finiteness check, the moments' decode, the update with the block absmax of
-// both new moments taken on the way (as the largest bit pattern of |x|, so NaN payloads never decide it),
-// and their encode. The arithmetic is update_element's, operation for operation (no contraction: the
+// Adam and AdamW over float32 parameters and gradients with both moments allocated, each quantized (8 or 4
+// bits, absmax scaling) or at 32 bits (updated where it lies), one pass per block, in plain C++ for the vectorizer (the
+// portable kernels; the NEON build shares it): the gradient's finiteness check, the moments' decode, the update with
+// the block absmax of both new moments taken on the way (as the largest bit pattern of |x|, so NaN payloads never
+// decide it), and their encode. The arithmetic is update_element's, operation for operation (no contraction: the
 // kernels are built with -ffp-contract=off), so the bits are those of the generic block loop and of the
 // AVX-512 one (adam_blocks.hpp). A NaN stored by the update (parameter or moment) is the canonical quiet
 // NaN 0x7FC00000, whatever NaN the hardware made (x86 makes 0xFFC00000, ARM 0x7FC00000).
@@ -11,13 +11,11 @@
 
 #if defined(OCTOPT_ISA_PORTABLE) || defined(OCTOPT_ISA_NEON)
 
-// The condition of adam_blocks.hpp's adam_fused_applies: both moments quantized, absmax scaling.
+// The condition of adam_blocks.hpp's adam_fused_applies: both moments allocated, absmax scaling.
 inline bool adam_fused_applies_portable(const StepConfig& cfg, const StepTensor& slot) {
   if (percentile_clips(cfg.percentile)) return false;
-  for (int k = 0; k < 2; ++k) {
-    const StateBuffer& sb = slot.state[k];
-    if (!sb.data || sb.bits == 32) return false;
-  }
+  for (int k = 0; k < 2; ++k)
+    if (!slot.state[k].data) return false;
   return true;
 }
 
@@ -89,15 +87,20 @@ std::int64_t adam_fused_blocks_portable(const StepConfig& cfg, const StepTensor&
       ++skipped;
       continue;
     }
-    for (int k = 0; k < 2; ++k)
-      load_state(slot.state[k], cfg.codebooks, *levels[k], false, b, i0, len, s.s[k], s.codes);
-    std::uint32_t amax_bits[2] = {0, 0};
-    if (plain)
-      adam_update_dispatch_portable<kAdamW, true>(h, g, param + i0, s.s[0], s.s[1], len, amax_bits[0], amax_bits[1]);
-    else
-      adam_update_dispatch_portable<kAdamW, false>(h, g, param + i0, s.s[0], s.s[1], len, amax_bits[0], amax_bits[1]);
+    float* st[2];
     for (int k = 0; k < 2; ++k) {
       const StateBuffer& sb = slot.state[k];
+      st[k] = sb.bits == 32 ? static_cast<float*>(sb.data) + i0 : s.s[k];
+      if (sb.bits != 32) load_state(sb, cfg.codebooks, *levels[k], false, b, i0, len, s.s[k], s.codes);
+    }
+    std::uint32_t amax_bits[2] = {0, 0};
+    if (plain)
+      adam_update_dispatch_portable<kAdamW, true>(h, g, param + i0, st[0], st[1], len, amax_bits[0], amax_bits[1]);
+    else
+      adam_update_dispatch_portable<kAdamW, false>(h, g, param + i0, st[0], st[1], len, amax_bits[0], amax_bits[1]);
+    for (int k = 0; k < 2; ++k) {
+      const StateBuffer& sb = slot.state[k];
+      if (sb.bits == 32) continue;
       const float amax = bits_f32(amax_bits[k]);
       sb.absmax[b] = amax;
       auto* dst = static_cast<std::uint8_t*>(sb.data);
