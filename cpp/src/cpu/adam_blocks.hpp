@@ -10,15 +10,6 @@
 
 #if defined(OCTOPT_ISA_AVX512)
 
-// Whether the fused path takes this tensor: both moments allocated, each at 32 bits (updated where it
-// lies) or quantized with absmax scaling (percentile scaling stays on the generic loop).
-inline bool adam_fused_applies(const StepConfig& cfg, const StepTensor& slot) {
-  if (percentile_clips(cfg.percentile)) return false;
-  for (int k = 0; k < 2; ++k)
-    if (!slot.state[k].data) return false;
-  return true;
-}
-
 // max |v[i]| bits over i < len (the float whose pattern is the largest, as abs_max).
 inline std::uint32_t abs_max_bits16(const float* v, int len) {
   const __m512i mask = _mm512_set1_epi32(0x7fffffff);
@@ -81,46 +72,19 @@ inline void adam_update_block(const SlotScalars& h, const float* g, float* p, fl
 template <bool kAdamW>
 std::int64_t adam_fused_blocks(const StepConfig& cfg, const StepTensor& slot, const Levels* const* levels, bool vbmi,
                                std::int64_t b0, std::int64_t b1) {
-  OptimScratch& s = optim_scratch();
   const SlotScalars& h = slot.scalars;
-  const bool plain = !(h.flags & kMaximize) && (kAdamW ? h.decay == 1.0f : h.weight_decay == 0.0f);
-  const int bs = slot.block_size;
-  auto* const param = static_cast<float*>(slot.param);
-  const auto* const grad = static_cast<const float*>(slot.grad);
-  std::int64_t skipped = 0;
-  for (std::int64_t b = b0; b < b1; ++b) {
-    const std::int64_t i0 = b * bs;
-    const int len = int(std::min<std::int64_t>(bs, slot.n - i0));
-    const float* g = grad + i0;
-    if (!is_finite_abs(bits_f32(abs_max_bits16(g, len)))) {
-      ++skipped;
-      continue;
-    }
-    float* st[2];
-    for (int k = 0; k < 2; ++k) {
-      const StateBuffer& sb = slot.state[k];
-      st[k] = sb.bits == 32 ? static_cast<float*>(sb.data) + i0 : s.s[k];
-      if (sb.bits != 32) load_state(sb, cfg.codebooks, *levels[k], vbmi, b, i0, len, s.s[k], s.codes);
-    }
+  const bool plain = adam_plain(h, kAdamW);
+  const auto finite = [](const float* g, int len) { return is_finite_abs(bits_f32(abs_max_bits16(g, len))); };
+  const auto update = [&](const float* g, float* p, float* m, float* v, int len, std::uint32_t* bits) {
     __m512i amax_m = _mm512_setzero_si512(), amax_v = _mm512_setzero_si512();
     if (plain)
-      adam_update_block<kAdamW, true>(h, g, param + i0, st[0], st[1], len, amax_m, amax_v);
+      adam_update_block<kAdamW, true>(h, g, p, m, v, len, amax_m, amax_v);
     else
-      adam_update_block<kAdamW, false>(h, g, param + i0, st[0], st[1], len, amax_m, amax_v);
-    const float amax[2] = {bits_f32(std::uint32_t(_mm512_reduce_max_epu32(amax_m))),
-                           bits_f32(std::uint32_t(_mm512_reduce_max_epu32(amax_v)))};
-    for (int k = 0; k < 2; ++k) {
-      const StateBuffer& sb = slot.state[k];
-      if (sb.bits == 32) continue;
-      sb.absmax[b] = amax[k];
-      auto* dst = static_cast<std::uint8_t*>(sb.data);
-      std::uint8_t* out = sb.bits == 8 ? dst + i0 : s.codes;
-      encode_codes(cfg.codebooks[sb.codebook], *levels[k], s.s[k], len, amax[k] > 0.0f ? amax[k] : 1.0f, false,
-                   cfg.stochastic_state || sb.stochastic, state_key(cfg, slot, k), i0, out);
-      if (sb.bits == 4) pack4(s.codes, len, dst + i0 / 2);
-    }
-  }
-  return skipped;
+      adam_update_block<kAdamW, false>(h, g, p, m, v, len, amax_m, amax_v);
+    bits[0] = std::uint32_t(_mm512_reduce_max_epu32(amax_m));
+    bits[1] = std::uint32_t(_mm512_reduce_max_epu32(amax_v));
+  };
+  return adam_fused_driver(cfg, slot, levels, vbmi, b0, b1, finite, update);
 }
 
 #endif

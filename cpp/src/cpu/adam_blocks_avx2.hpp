@@ -8,15 +8,6 @@
 
 #if defined(OCTOPT_ISA_AVX2)
 
-// Whether the fused path takes this tensor: both moments allocated, each at 32 bits (updated where it
-// lies) or quantized with absmax scaling (percentile scaling stays on the generic loop).
-inline bool adam_fused_applies(const StepConfig& cfg, const StepTensor& slot) {
-  if (percentile_clips(cfg.percentile)) return false;
-  for (int k = 0; k < 2; ++k)
-    if (!slot.state[k].data) return false;
-  return true;
-}
-
 inline std::uint32_t reduce_max_epu32(__m256i m) {
   __m128i x = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
   x = _mm_max_epu32(x, _mm_shuffle_epi32(x, 0x4e));
@@ -103,45 +94,16 @@ inline void adam_update_block8(const SlotScalars& h, const float* g, float* p, f
 template <bool kAdamW>
 std::int64_t adam_fused_blocks(const StepConfig& cfg, const StepTensor& slot, const Levels* const* levels, bool vbmi,
                                std::int64_t b0, std::int64_t b1) {
-  OptimScratch& s = optim_scratch();
   const SlotScalars& h = slot.scalars;
-  const bool plain = !(h.flags & kMaximize) && (kAdamW ? h.decay == 1.0f : h.weight_decay == 0.0f);
-  const int bs = slot.block_size;
-  auto* const param = static_cast<float*>(slot.param);
-  const auto* const grad = static_cast<const float*>(slot.grad);
-  std::int64_t skipped = 0;
-  for (std::int64_t b = b0; b < b1; ++b) {
-    const std::int64_t i0 = b * bs;
-    const int len = int(std::min<std::int64_t>(bs, slot.n - i0));
-    const float* g = grad + i0;
-    if (!is_finite_abs(bits_f32(abs_max_bits8(g, len)))) {
-      ++skipped;
-      continue;
-    }
-    float* st[2];
-    for (int k = 0; k < 2; ++k) {
-      const StateBuffer& sb = slot.state[k];
-      st[k] = sb.bits == 32 ? static_cast<float*>(sb.data) + i0 : s.s[k];
-      if (sb.bits != 32) load_state(sb, cfg.codebooks, *levels[k], vbmi, b, i0, len, s.s[k], s.codes);
-    }
-    std::uint32_t bits[2];
+  const bool plain = adam_plain(h, kAdamW);
+  const auto finite = [](const float* g, int len) { return is_finite_abs(bits_f32(abs_max_bits8(g, len))); };
+  const auto update = [&](const float* g, float* p, float* m, float* v, int len, std::uint32_t* bits) {
     if (plain)
-      adam_update_block8<kAdamW, true>(h, g, param + i0, st[0], st[1], len, bits[0], bits[1]);
+      adam_update_block8<kAdamW, true>(h, g, p, m, v, len, bits[0], bits[1]);
     else
-      adam_update_block8<kAdamW, false>(h, g, param + i0, st[0], st[1], len, bits[0], bits[1]);
-    for (int k = 0; k < 2; ++k) {
-      const StateBuffer& sb = slot.state[k];
-      if (sb.bits == 32) continue;
-      const float amax = bits_f32(bits[k]);
-      sb.absmax[b] = amax;
-      auto* dst = static_cast<std::uint8_t*>(sb.data);
-      std::uint8_t* out = sb.bits == 8 ? dst + i0 : s.codes;
-      encode_codes(cfg.codebooks[sb.codebook], *levels[k], s.s[k], len, amax > 0.0f ? amax : 1.0f, false,
-                   cfg.stochastic_state || sb.stochastic, state_key(cfg, slot, k), i0, out);
-      if (sb.bits == 4) pack4(s.codes, len, dst + i0 / 2);
-    }
-  }
-  return skipped;
+      adam_update_block8<kAdamW, false>(h, g, p, m, v, len, bits[0], bits[1]);
+  };
+  return adam_fused_driver(cfg, slot, levels, vbmi, b0, b1, finite, update);
 }
 
 #endif

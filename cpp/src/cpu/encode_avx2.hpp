@@ -104,9 +104,8 @@ struct ClosedForm8 {
   __m256i run[2], lo[2], hi[2];
   __m256i down, zero2;  // mirror form: ClosedForm::down as bytes, 2 * ClosedForm::zero
   __m256 width;
-  bool pos16;   // every run a positive r reaches is among the first 16: closed_form8_pos applies
-  bool mirror;  // pos16 and ClosedForm::mirror: closed_form8_mirror applies to every r
-  explicit ClosedForm8(const ClosedForm& c) : cf(c), pos16(c.pos16), mirror(c.pos16 && c.mirror) {
+  bool mirror;  // ClosedForm::pos16 and ClosedForm::mirror: closed_form8_mirror applies to every r
+  explicit ClosedForm8(const ClosedForm& c) : cf(c), mirror(c.pos16 && c.mirror) {
     static_assert(2 * kBins == 32 && kMaxRuns == 32, "32-entry byte tables");
     const std::uint8_t* b[3] = {cf.run8, cf.lo8, cf.hi8};
     __m256i* t[3] = {run, lo, hi};
@@ -256,7 +255,7 @@ inline void encode_groups_closed_form8(const Codebook& cb, const Levels& L, cons
                                                  _mm256_cmp_ps(r[1], _mm256_setzero_ps(), _CMP_NGT_UQ)),
                                     _mm256_or_ps(_mm256_cmp_ps(r[2], _mm256_setzero_ps(), _CMP_NGT_UQ),
                                                  _mm256_cmp_ps(r[3], _mm256_setzero_ps(), _CMP_NGT_UQ)));
-    if (R.pos16 && _mm256_testz_ps(le0, le0))
+    if (R.cf.pos16 && _mm256_testz_ps(le0, le0))
       closed_form8_pos<4, k8>(R, r, c, unsure);
     else if (kMirror)
       closed_form8_mirror<4, k8>(R, r, c, unsure);

@@ -337,6 +337,7 @@ inline void prefetch_ahead(const StepTensor& slot, std::int64_t b, std::int64_t 
   }
 }
 
+#include "adam_fused_driver.hpp"
 #include "adam_blocks.hpp"
 #include "adam_blocks_portable.hpp"
 #include "adam_blocks_avx2.hpp"
@@ -358,7 +359,7 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
   }
 #elif defined(OCTOPT_ISA_PORTABLE) || defined(OCTOPT_ISA_NEON)
   if constexpr ((K == OptimKind::adam || K == OptimKind::adamw) && P == DType::f32 && G == DType::f32) {
-    if (phase == OptimPhase::single && adam_fused_applies_portable(cfg, slot))
+    if (phase == OptimPhase::single && adam_fused_applies(cfg, slot))
       return adam_fused_blocks_portable<K == OptimKind::adamw>(cfg, slot, levels, b0, b1);
   }
 #endif
