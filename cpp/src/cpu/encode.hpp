@@ -138,30 +138,16 @@ inline __m512 lookup_values(const Codebook& cb, __m512i c) {
   return _mm512_mask_blend_ps(_mm512_test_epi32_mask(c, b7), lo, hi);
 }
 
-// uniform01(key, index0 + i) for i = 0..15, exactly as the scalar generator. The Weyl sequence
-// key + (index + 1) * golden needs no multiply per lane: lane i adds i * golden to the first lane's
-// value (mod 2^64); the finalizer's last xor-shift leaves bits 40..63, the ones used, unchanged.
-inline __m512 uniform16(std::uint64_t key, std::uint64_t index0) {
-  const std::uint64_t base = key + (index0 + 1) * kGolden64;
-  const __m512i b = _mm512_set1_epi64(std::int64_t(base));
-  const __m512i m1 = _mm512_set1_epi64(std::int64_t(0xBF58476D1CE4E5B9ull));
-  const __m512i m2 = _mm512_set1_epi64(std::int64_t(0x94D049BB133111EBull));
-  __m512i z[2];
-  for (int k = 0; k < 2; ++k) {
-    const std::uint64_t g0 = kGolden64 * std::uint64_t(8 * k);
-    const __m512i lane = _mm512_setr_epi64(std::int64_t(g0), std::int64_t(g0 + kGolden64),
-                                           std::int64_t(g0 + 2 * kGolden64), std::int64_t(g0 + 3 * kGolden64),
-                                           std::int64_t(g0 + 4 * kGolden64), std::int64_t(g0 + 5 * kGolden64),
-                                           std::int64_t(g0 + 6 * kGolden64), std::int64_t(g0 + 7 * kGolden64));
-    z[k] = _mm512_add_epi64(b, lane);
-    z[k] = _mm512_mullo_epi64(_mm512_xor_si512(z[k], _mm512_srli_epi64(z[k], 30)), m1);
-    z[k] = _mm512_mullo_epi64(_mm512_xor_si512(z[k], _mm512_srli_epi64(z[k], 27)), m2);
-  }
-  // bits 40..63 of each lane: the high halves of the 16 lanes in order (one permute), shifted down by 8;
-  // 24-bit integers, so the conversion is exact
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  const __m512i hi = _mm512_srli_epi32(_mm512_permutex2var_epi32(z[0], odd, z[1]), 8);
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(hi), _mm512_set1_ps(5.9604644775390625e-08f));
+// The stochastic draws (rng.hpp: draw_u01) of elements index0 + i, i = 0..15, of one segment, as the scalar
+// ones bit for bit.
+inline __m512 uniform16(DrawKey k, std::uint64_t index0) {
+  __m512i x = _mm512_add_epi32(_mm512_set1_epi32(std::int32_t(std::uint32_t(index0) + k.add)),
+                               _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  x = _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 16)), _mm512_set1_epi32(std::int32_t(kDrawMul1)));
+  x = _mm512_xor_si512(x, _mm512_set1_epi32(std::int32_t(k.mix)));
+  x = _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 15)), _mm512_set1_epi32(std::int32_t(kDrawMul2)));
+  x = _mm512_srli_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 15)), 8);
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(x), _mm512_set1_ps(5.9604644775390625e-08f));
 }
 
 // stochastic_code for 16 lanes (the sign rule is a no-op here: L.simd).
@@ -175,8 +161,8 @@ inline __m512i stochastic_codes(const Codebook& cb, const Levels& L, __m512 r, _
   const __m512i hi = _mm512_min_epi32(cnt, _mm512_set1_epi32(n - 1));
   const __m512 vlo = lookup_values(cb, lo), vhi = lookup_values(cb, hi);
   // below the first value (cnt 0) and from the last one up (cnt n) lo == hi, the one code there is
-  const __m512 p = _mm512_div_ps(_mm512_sub_ps(r, vlo), _mm512_sub_ps(vhi, vlo));
-  return apply_floor(cb, r, _mm512_mask_mov_epi32(lo, _mm512_cmp_ps_mask(u, p, _CMP_LT_OQ), hi));
+  const __m512 w = _mm512_mul_ps(u, _mm512_sub_ps(vhi, vlo));
+  return apply_floor(cb, r, _mm512_mask_mov_epi32(lo, _mm512_cmp_ps_mask(w, _mm512_sub_ps(r, vlo), _CMP_LT_OQ), hi));
 }
 
 // stochastic_codes for a 16-entry map, U vectors at a time stage by stage (each vector's search, lookups
@@ -206,14 +192,16 @@ inline void stochastic16(const Codebook& cb, const Levels& L, const __m512* r, c
     const __m512i lo = _mm512_max_epi32(_mm512_sub_epi32(cnt, one), _mm512_setzero_si512());
     const __m512i hi = _mm512_min_epi32(cnt, fifteen);
     const __m512 vlo = _mm512_permutexvar_ps(lo, V), vhi = _mm512_permutexvar_ps(hi, V);
-    const __m512 p = _mm512_div_ps(_mm512_sub_ps(r[k], vlo), _mm512_sub_ps(vhi, vlo));
-    code[k] = apply_floor(cb, r[k], _mm512_mask_mov_epi32(lo, _mm512_cmp_ps_mask(u[k], p, _CMP_LT_OQ), hi));
+    const __m512 w = _mm512_mul_ps(u[k], _mm512_sub_ps(vhi, vlo));
+    code[k] = apply_floor(cb, r[k],
+                          _mm512_mask_mov_epi32(lo, _mm512_cmp_ps_mask(w, _mm512_sub_ps(r[k], vlo), _CMP_LT_OQ), hi));
   }
 }
 
 inline void encode_block_stochastic(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
                                     std::uint64_t key, std::int64_t i0, std::uint8_t* codes) {
   const __m512 vs = _mm512_set1_ps(scale);
+  const DrawKey dk = draw_key(key, std::uint64_t(i0));  // the block lies in one segment (encode_codes)
   int i = 0;
   if (cb.size == 16) {
     for (; i + 64 <= len; i += 64) {
@@ -221,7 +209,7 @@ inline void encode_block_stochastic(const Codebook& cb, const Levels& L, const f
       __m512i c[4];
       for (int k = 0; k < 4; ++k) {
         r[k] = _mm512_div_ps(_mm512_loadu_ps(v + i + 16 * k), vs);
-        u[k] = uniform16(key, std::uint64_t(i0 + i + 16 * k));
+        u[k] = uniform16(dk, std::uint64_t(i0 + i + 16 * k));
       }
       stochastic16<4>(cb, L, r, u, c);
       for (int k = 0; k < 4; ++k) _mm512_mask_cvtepi32_storeu_epi8(codes + i + 16 * k, 0xffff, c[k]);
@@ -230,7 +218,7 @@ inline void encode_block_stochastic(const Codebook& cb, const Levels& L, const f
   for (; i < len; i += 16) {
     const __mmask16 m = len - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (len - i)) - 1u);
     const __m512 r = _mm512_div_ps(_mm512_maskz_loadu_ps(m, v + i), vs);
-    const __m512 u = uniform16(key, std::uint64_t(i0 + i));
+    const __m512 u = uniform16(dk, std::uint64_t(i0 + i));
     _mm512_mask_cvtepi32_storeu_epi8(codes + i, m, stochastic_codes(cb, L, r, u));
   }
 }
@@ -484,6 +472,7 @@ inline void encode_block(const Codebook& cb, const Levels& L, const float* v, in
     if (L.size == 256 && L.cf.valid) return encode_block_closed_form_portable(cb, L, v, len, scale, codes);
 #elif defined(OCTOPT_ISA_AVX2)
     if (L.size == 256 && L.cf.valid) return encode_block_closed_form8(cb, L, v, len, scale, codes);
+    if (L.size == 16) i = encode_groups16(cb, L, v, len, scale, codes);
     const __m256 vs = _mm256_set1_ps(scale);
     for (; i + 8 <= len; i += 8) {
       const __m256 r = _mm256_div_ps(_mm256_loadu_ps(v + i), vs);

@@ -293,50 +293,61 @@ inline void encode_block_closed_form8(const Codebook& cb, const Levels& L, const
     encode_groups_closed_form8<false>(cb, L, R, v, len, scale, codes);
 }
 
-// The counter-based generator (rng.hpp: SplitMix64's finalizer on the Weyl sequence key + (index + 1) * golden)
-// for 8 consecutive indices, two vectors of 4 64-bit lanes, as the scalar one bit for bit. AVX2 has no 64-bit
-// multiply: a product mod 2^64 is lo * lo (_mm256_mul_epu32) plus the two cross terms, which one 32-bit
-// multiply by the constant with its halves swapped gives; of the last product only the high half is used
-// (bits 40..63 of the result; the finalizer's last xor-shift leaves them as they are), so its low half is
-// never formed. The Weyl values advance by 8 * golden per vector pair: no multiply by the index.
+// Nearest codes of a 16-entry map (L.simd) for the whole groups of 32 values of a block: search_levels8's
+// four permute-compare stages, stage by stage across four vectors (each vector's search is one dependent
+// chain; one at a time left the 4-bit step latency-bound). Returns the number of values done.
+inline int encode_groups16(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
+                           std::uint8_t* codes) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  const __m256 l8 = _mm256_set1_ps(L.lvl[0]), l4 = _mm256_loadu_ps(L.lvl + 1), l2 = _mm256_loadu_ps(L.lvl + 3);
+  const __m256 l1 = _mm256_loadu_ps(L.lvl + 7);
+  int i = 0;
+  for (; i + 32 <= len; i += 32) {
+    __m256 r[4];
+    __m256i c[4];
+    for (int k = 0; k < 4; ++k) r[k] = _mm256_div_ps(_mm256_loadu_ps(v + i + 8 * k), vs);
+    for (int k = 0; k < 4; ++k)
+      c[k] = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(l8, r[k], _CMP_LE_OQ)), _mm256_set1_epi32(8));
+    for (int k = 0; k < 4; ++k)
+      c[k] = _mm256_sub_epi32(
+          c[k], _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(
+                                     _mm256_permutevar8x32_ps(l4, _mm256_srli_epi32(c[k], 3)), r[k], _CMP_LE_OQ)),
+                                 _mm256_set1_epi32(-4)));
+    for (int k = 0; k < 4; ++k)
+      c[k] = _mm256_sub_epi32(
+          c[k], _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(
+                                     _mm256_permutevar8x32_ps(l2, _mm256_srli_epi32(c[k], 2)), r[k], _CMP_LE_OQ)),
+                                 _mm256_set1_epi32(-2)));
+    for (int k = 0; k < 4; ++k)
+      c[k] = apply_floor8(
+          cb, r[k],
+          _mm256_sub_epi32(c[k], _mm256_castps_si256(_mm256_cmp_ps(
+                                     _mm256_permutevar8x32_ps(l1, _mm256_srli_epi32(c[k], 1)), r[k], _CMP_LE_OQ))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), codes32(c));
+  }
+  return i;
+}
+
+// The stochastic draws (rng.hpp: draw_u01) of 8 consecutive elements of one segment, as the scalar ones bit
+// for bit: 32-bit lanes, two vpmulld per 8 draws.
 struct Uniform8 {
-  __m256i z[2];
-  explicit Uniform8(std::uint64_t key, std::uint64_t index0) {
-    const std::uint64_t base = key + (index0 + 1) * kGolden64;
-    for (int k = 0; k < 2; ++k) {
-      const std::uint64_t g0 = base + kGolden64 * std::uint64_t(4 * k);
-      z[k] = _mm256_setr_epi64x(std::int64_t(g0), std::int64_t(g0 + kGolden64), std::int64_t(g0 + 2 * kGolden64),
-                                std::int64_t(g0 + 3 * kGolden64));
-    }
-  }
-  // a * b mod 2^64 per 64-bit lane; bl = b's low half in every lane, bs = b's halves swapped (hi, lo) per lane
-  static __m256i mullo64(__m256i a, __m256i bl, __m256i bs) {
-    const __m256i cross = _mm256_mullo_epi32(a, bs);  // a_lo * b_hi, a_hi * b_lo (mod 2^32)
-    const __m256i sum = _mm256_add_epi32(cross, _mm256_srli_epi64(cross, 32));
-    return _mm256_add_epi64(_mm256_mul_epu32(a, bl), _mm256_slli_epi64(sum, 32));
-  }
-  // the high 32 bits of a * b (mod 2^32) in the odd 32-bit elements; the even ones are garbage
-  static __m256i mulhi64(__m256i a, __m256i bl, __m256i bs) {
-    const __m256i cross = _mm256_mullo_epi32(a, bs);
-    return _mm256_add_epi32(_mm256_add_epi32(_mm256_mul_epu32(a, bl), cross), _mm256_slli_epi64(cross, 32));
+  __m256i idx, add, mix;
+  Uniform8(std::uint64_t key, std::uint64_t index0) {
+    const DrawKey k = draw_key(key, index0);
+    idx = _mm256_add_epi32(_mm256_set1_epi32(std::int32_t(std::uint32_t(index0))),
+                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    add = _mm256_set1_epi32(std::int32_t(k.add));
+    mix = _mm256_set1_epi32(std::int32_t(k.mix));
   }
   // the 8 uniforms of this position, then the position advanced by 8
   __m256 next() {
-    const __m256i m1l = _mm256_set1_epi64x(std::int64_t(0x1CE4E5B9u));
-    const __m256i m1s = _mm256_set1_epi64x(std::int64_t(0x1CE4E5B9BF58476Dull));
-    const __m256i m2l = _mm256_set1_epi64x(std::int64_t(0x133111EBu));
-    const __m256i m2s = _mm256_set1_epi64x(std::int64_t(0x133111EB94D049BBull));
-    __m256i h[2];
-    for (int k = 0; k < 2; ++k) {
-      __m256i x = mullo64(_mm256_xor_si256(z[k], _mm256_srli_epi64(z[k], 30)), m1l, m1s);
-      h[k] = mulhi64(_mm256_xor_si256(x, _mm256_srli_epi64(x, 27)), m2l, m2s);
-      z[k] = _mm256_add_epi64(z[k], _mm256_set1_epi64x(std::int64_t(kGolden64 * 8u)));
-    }
-    // the high halves of the 8 lanes in order: odd elements of h[0] then of h[1]
-    const __m256i odd = _mm256_setr_epi32(1, 3, 5, 7, 0, 0, 0, 0);
-    const __m256i hi =
-        _mm256_permute2x128_si256(_mm256_permutevar8x32_epi32(h[0], odd), _mm256_permutevar8x32_epi32(h[1], odd), 0x20);
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 8)), _mm256_set1_ps(5.9604644775390625e-08f));
+    __m256i x = _mm256_add_epi32(idx, add);
+    x = _mm256_mullo_epi32(_mm256_xor_si256(x, _mm256_srli_epi32(x, 16)), _mm256_set1_epi32(std::int32_t(kDrawMul1)));
+    x = _mm256_xor_si256(x, mix);
+    x = _mm256_mullo_epi32(_mm256_xor_si256(x, _mm256_srli_epi32(x, 15)), _mm256_set1_epi32(std::int32_t(kDrawMul2)));
+    x = _mm256_srli_epi32(_mm256_xor_si256(x, _mm256_srli_epi32(x, 15)), 8);
+    idx = _mm256_add_epi32(idx, _mm256_set1_epi32(8));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(x), _mm256_set1_ps(5.9604644775390625e-08f));
   }
 };
 
@@ -371,9 +382,10 @@ inline void stochastic16_8(const Codebook& cb, const Levels& L, const __m256* r,
     const __m256i hi = _mm256_min_epi32(cnt, _mm256_set1_epi32(15));
     const __m256 vlo = lut16_ps(V0, V1, lo), vhi = lut16_ps(V0, V1, hi);
     // below the first value (cnt 0) and from the last one up (cnt 16) lo == hi, the one code there is
-    const __m256 p = _mm256_div_ps(_mm256_sub_ps(r[k], vlo), _mm256_sub_ps(vhi, vlo));
-    code[k] =
-        apply_floor8(cb, r[k], _mm256_blendv_epi8(lo, hi, _mm256_castps_si256(_mm256_cmp_ps(u[k], p, _CMP_LT_OQ))));
+    const __m256 w = _mm256_mul_ps(u[k], _mm256_sub_ps(vhi, vlo));
+    code[k] = apply_floor8(
+        cb, r[k],
+        _mm256_blendv_epi8(lo, hi, _mm256_castps_si256(_mm256_cmp_ps(w, _mm256_sub_ps(r[k], vlo), _CMP_LT_OQ))));
   }
 }
 

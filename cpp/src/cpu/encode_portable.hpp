@@ -146,13 +146,14 @@ inline void encode_block16_portable(const Codebook& cb, const float* v, int len,
 }
 
 // Stochastic codes of a block of a 16-entry map, as stochastic_code: the number of values <= r by 16
-// compares, the bracketing pair, and the draw uniform01(key, i0 + i).
+// compares, the bracketing pair, and the draw uniform01(key, i0 + i) (32-bit lanes: draw_u01).
 inline void encode_block16_stochastic_portable(const Codebook& cb, const float* v, int len, float scale,
                                                std::uint64_t key, std::int64_t i0, std::uint8_t* codes) {
   constexpr int N = kPortableLanes;
   float vals[16];
   for (int k = 0; k < 16; ++k) vals[k] = cb.values[k];
   const std::int32_t first_pos = first_positive16(cb);
+  const DrawKey dk = draw_key(key, std::uint64_t(i0));  // the block lies in one segment (encode_codes)
   for (int i = 0; i < len; i += N) {
     const int n = len - i < N ? len - i : N;
     float r[N], u[N], vlo[N], vhi[N];
@@ -162,7 +163,7 @@ inline void encode_block16_stochastic_portable(const Codebook& cb, const float* 
     } else {
       for (int l = 0; l < N; ++l) r[l] = l < n ? v[i + l] / scale : 0.0f;
     }
-    for (int l = 0; l < N; ++l) u[l] = uniform01(key, std::uint64_t(i0 + i + l));
+    for (int l = 0; l < N; ++l) u[l] = draw_u01(dk, std::uint32_t(std::uint64_t(i0 + i + l)));
     std::int32_t cnt[N];
     for (int l = 0; l < N; ++l) cnt[l] = 0;
     for (int k = 0; k < 16; ++k)
@@ -174,11 +175,12 @@ inline void encode_block16_stochastic_portable(const Codebook& cb, const float* 
       vhi[l] = vals[hi[l]];
     }
     for (int l = 0; l < N; ++l) {
-      // at cnt 0 and 16 lo == hi: the one code there, whatever p is. Otherwise vlo <= r < vhi, so p is
-      // +0 or positive, or -0 (r = -0 at a zero entry): without its sign bit p compares with u >= 0 as the
-      // bit patterns do (an integer compare, which vectorizes; GCC keeps a float compare as a branch).
-      const float p = (r[l] - vlo[l]) / (vhi[l] - vlo[l]);
-      c[l] = f32_bits(u[l]) < (f32_bits(p) & 0x7fffffffu) ? hi[l] : lo[l];
+      // at cnt 0 and 16 lo == hi: the one code there, whatever the compare says. Otherwise vlo <= r < vhi, so
+      // r - vlo is +0 or positive, or -0 (r = -0 at a zero entry), and u * (vhi - vlo) is +0 or positive: without
+      // its sign bit r - vlo compares with it as the bit patterns do (an integer compare, which vectorizes; GCC
+      // keeps a float compare as a branch).
+      const float w = u[l] * (vhi[l] - vlo[l]);
+      c[l] = f32_bits(w) < (f32_bits(r[l] - vlo[l]) & 0x7fffffffu) ? hi[l] : lo[l];
     }
     for (int l = 0; l < N; ++l) c[l] = keep_sign_lane(cb, first_pos, r[l], c[l]);
     for (int l = 0; l < n; ++l) codes[i + l] = std::uint8_t(c[l]);

@@ -158,12 +158,17 @@ inline void decode_codes(const Codebook& cb, const Levels& L, const std::uint8_t
 void encode_codes(const Codebook& cb, const Levels& L, const float* v, int len, float scale, bool clip, bool stochastic,
                   std::uint64_t key, std::int64_t i0, std::uint8_t* out) {
   if (!stochastic && !clip) return encode_block(cb, L, v, len, scale, out);
+  // the vector draws take one DrawKey per block: a block that straddles a segment of 2^32 elements (never,
+  // with a power-of-two block size) takes the scalar loop below
+  const bool one_key = len > 0 && one_draw_segment(std::uint64_t(i0), std::uint64_t(len));
+  (void)one_key;
 #if defined(OCTOPT_ISA_AVX512)
-  if (stochastic && !clip && L.simd) return encode_block_stochastic(cb, L, v, len, scale, key, i0, out);
+  if (stochastic && !clip && one_key && L.simd) return encode_block_stochastic(cb, L, v, len, scale, key, i0, out);
 #elif defined(OCTOPT_ISA_PORTABLE)
-  if (stochastic && !clip && cb.size == 16) return encode_block16_stochastic_portable(cb, v, len, scale, key, i0, out);
+  if (stochastic && !clip && one_key && cb.size == 16)
+    return encode_block16_stochastic_portable(cb, v, len, scale, key, i0, out);
 #elif defined(OCTOPT_ISA_AVX2)
-  if (stochastic && !clip && L.simd && cb.size == 16)
+  if (stochastic && !clip && one_key && L.simd && cb.size == 16)
     return encode_block_stochastic16(cb, L, v, len, scale, key, i0, out);
 #endif
   for (int i = 0; i < len; ++i) out[i] = std::uint8_t(encode_value(cb, v[i], scale, clip, stochastic, key, i0 + i));

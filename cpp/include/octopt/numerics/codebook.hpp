@@ -49,7 +49,8 @@ OCTOPT_HD int search_code(const Codebook& cb, float r) {
 OCTOPT_HD int nearest_code(const Codebook& cb, float r) { return keep_sign(cb, r, search_code(cb, r)); }
 
 // Stochastic rounding between the two neighbours that bracket r, rounding up with probability
-// proportional to the distance from the lower one (unbiased inside the map's range).
+// proportional to the distance from the lower one (unbiased inside the map's range): up where
+// u * (vhi - vlo) < r - vlo, u uniform in [0, 1) on a 2^-24 grid.
 OCTOPT_HD int stochastic_code(const Codebook& cb, float r, float u) {
   // lo = number of values <= r, minus one
   int cnt = 0;
@@ -66,8 +67,8 @@ OCTOPT_HD int stochastic_code(const Codebook& cb, float r, float u) {
     const int lo = cnt - 1;
     const float vlo = cb.values[lo];
     const float vhi = cb.values[cnt];
-    const float p = (r - vlo) / (vhi - vlo);
-    c = (u < p) ? cnt : lo;
+    // u < (r - vlo) / (vhi - vlo) without the division: the same probability up to the 2^-24 grid of u
+    c = (u * (vhi - vlo) < r - vlo) ? cnt : lo;
   }
   return keep_sign(cb, r, c);
 }

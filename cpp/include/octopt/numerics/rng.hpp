@@ -1,7 +1,8 @@
 #pragma once
 // Counter-based random numbers: the value for an element depends only on (key, element index),
-// never on which thread or GPU block computes it. The mixer is the SplitMix64 finalizer applied
-// to a Weyl sequence, i.e. the SplitMix64 generator evaluated at an arbitrary position.
+// never on which thread or GPU block computes it. Keys come from the SplitMix64 finalizer applied to
+// a Weyl sequence (the SplitMix64 generator evaluated at an arbitrary position); the per-element draws
+// of stochastic rounding from a keyed 32-bit hash (below).
 #include <cstdint>
 
 #include "../config.hpp"
@@ -21,10 +22,46 @@ OCTOPT_HD std::uint64_t rng_key(std::uint64_t seed, std::uint64_t stream) {
   return mix64(mix64(seed) ^ (stream * kGolden64 + 0x632BE59BD9B4E019ull));
 }
 
-// Uniform in [0, 1) with 24 random bits, so that every value is exactly a float32.
+// The uniform draws of stochastic rounding: a keyed 32-bit counter hash per element, so that every vector
+// unit (AVX2, AVX-512, NEON, SSE2, a GPU) computes a lane with 32-bit multiplies. Elements are numbered
+// in segments of 2^32; each segment of a key has two 32-bit words (its DrawKey, from one SplitMix64 step),
+// the element's low 32 index bits go through two multiply-xorshift rounds (the constants of a low-bias
+// 32-bit hash), the second key word entering between them. A block of a power-of-two size lies in one
+// segment, so a vector encoder takes its DrawKey once per block.
+struct DrawKey {
+  std::uint32_t add;  // added to the element's index bits
+  std::uint32_t mix;  // xored in between the two rounds
+};
+
+OCTOPT_HD DrawKey draw_key(std::uint64_t key, std::uint64_t index) {
+  const std::uint64_t z = mix64(key + ((index >> 32) + 1) * kGolden64);
+  return {std::uint32_t(z), std::uint32_t(z >> 32)};
+}
+
+constexpr std::uint32_t kDrawMul1 = 0x21F0AAADu;
+constexpr std::uint32_t kDrawMul2 = 0x735A2D97u;
+
+OCTOPT_HD std::uint32_t draw32(DrawKey k, std::uint32_t index_lo) {
+  std::uint32_t x = index_lo + k.add;
+  x = (x ^ (x >> 16)) * kDrawMul1;
+  x ^= k.mix;
+  x = (x ^ (x >> 15)) * kDrawMul2;
+  return x ^ (x >> 15);
+}
+
+// The draw as a float in [0, 1) with 24 random bits (every value exactly a float32).
+OCTOPT_HD float draw_u01(DrawKey k, std::uint32_t index_lo) {
+  return float(draw32(k, index_lo) >> 8) * 5.9604644775390625e-08f;
+}
+
+// Uniform in [0, 1) for element `index` of stream `key`.
 OCTOPT_HD float uniform01(std::uint64_t key, std::uint64_t index) {
-  const std::uint64_t z = mix64(key + (index + 1) * kGolden64);
-  return float(std::uint32_t(z >> 40)) * 5.9604644775390625e-08f;
+  return draw_u01(draw_key(key, index), std::uint32_t(index));
+}
+
+// Whether [index0, index0 + len) lies in one segment (one DrawKey); len >= 1.
+OCTOPT_HD bool one_draw_segment(std::uint64_t index0, std::uint64_t len) {
+  return (index0 >> 32) == ((index0 + len - 1) >> 32);
 }
 
 // The key of random stream `which` of a tensor in one optimizer step: 0..2 the stochastic rounding
