@@ -193,3 +193,30 @@ def test_float64_params_are_refused_clearly():
     assert "argument 'params['w']' must have dtype float32, float16 or bfloat16, got float64" in out.stdout, (
         out.stdout + out.stderr
     )
+
+
+COMPLEX_REFUSED = (
+    ": complex parameters are not supported (optax's update of a complex parameter keeps |g|^2 in its second "
+    "moment, which octopt's real-valued kernels do not compute); step the complex leaves with optax's own "
+    "transformation through optax.partition"
+)
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@pytest.mark.parametrize("name", ["adam", "adamw", "sgd", "adamw8bit"])
+def test_complex_params_are_refused_clearly(name, dtype):
+    """optax's alias tests step complex64/complex128 parameters; octopt refuses them, at init and at update,
+    saying why and what to use instead (docs/jax.md)."""
+    tx = getattr(oo, name)(1e-2)
+    with jax.enable_x64(True):  # complex128 needs it
+        z = {"w": jnp.full((300,), 1 + 2j, dtype), "b": jnp.zeros((3,), jnp.float32)}
+        assert z["w"].dtype == jnp.dtype(dtype)
+        for call, run in (("init", lambda: tx.init(z)), ("update", lambda: tx.update(z, state, z))):
+            if call == "update":
+                state = tx.init({"w": jnp.zeros((300,), jnp.float32), "b": jnp.zeros((3,), jnp.float32)})
+            message = (
+                f"octopt.optax.{name}.{call}: argument 'params['w']' must have dtype float32, float16 or "
+                f"bfloat16, got {dtype}{COMPLEX_REFUSED}"
+            )
+            with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+                run()

@@ -200,3 +200,29 @@ def test_update_accepts_extra_args():
     chain = optax.chain(optax.clip_by_global_norm(1.0), tx)
     updates, _ = chain.update(grads, chain.init(params), params, value=jnp.float32(1.0))
     assert np.all(np.isfinite(np.asarray(updates[0])))
+
+
+@pytest.mark.parametrize("bits", [32, 8])
+def test_complex_leaves_go_to_optax_through_partition(bits):
+    """octopt.optax refuses complex parameters (tests/jax/test_errors.py); the route docs/jax.md gives works:
+    optax.partition steps the complex leaf with optax.adam, the real ones with octopt, each as alone."""
+    rng = np.random.default_rng(0)
+    params = {
+        "z": jnp.asarray(rng.standard_normal(64) + 1j * rng.standard_normal(64), jnp.complex64),
+        "w": jnp.asarray(rng.standard_normal(4096), jnp.float32),
+    }
+    labels = {"z": "complex", "w": "real"}
+    tx = optax.partition({"complex": optax.adam(1e-2), "real": oo.adam(1e-2, bits=bits)}, labels)
+    alone = {"z": optax.adam(1e-2), "w": oo.adam(1e-2, bits=bits)}
+    state = tx.init(params)
+    ref = {k: (params[k], alone[k].init(params[k])) for k in params}
+    p = params
+    for step in range(3):
+        grads = {k: x * (1.5 + step) + 0.1 for k, x in p.items()}
+        updates, state = tx.update(grads, state, p)
+        p = optax.apply_updates(p, updates)
+        for k, (q, s) in ref.items():
+            u, s = alone[k].update(q * (1.5 + step) + 0.1, s, q)
+            ref[k] = (optax.apply_updates(q, u), s)
+    assert p["z"].dtype == jnp.complex64 and not np.array_equal(p["z"], params["z"])
+    assert all(np.array_equal(p[k], ref[k][0]) for k in params)

@@ -348,7 +348,16 @@ def _check_param(p: Any, fn: str, arg: str) -> None:
     if dtype is None or not hasattr(p, "shape"):
         raise TypeError(f"{fn}: argument '{arg}' must be an array, got {type(p).__name__}")
     if jnp.dtype(dtype) not in (jnp.float32, jnp.float16, jnp.bfloat16):
-        raise TypeError(f"{fn}: argument '{arg}' must have dtype float32, float16 or bfloat16, got {dtype}")
+        why = ""
+        if jnp.issubdtype(dtype, jnp.complexfloating):
+            # optax steps a complex leaf with |g|^2 = g * conj(g) in its second moment; the core's kernels
+            # hold real moments of real numbers (docs/jax.md, docs/decisions.md)
+            why = (
+                ": complex parameters are not supported (optax's update of a complex parameter keeps |g|^2 in "
+                "its second moment, which octopt's real-valued kernels do not compute); step the complex "
+                "leaves with optax's own transformation through optax.partition"
+            )
+        raise TypeError(f"{fn}: argument '{arg}' must have dtype float32, float16 or bfloat16, got {dtype}{why}")
 
 
 def _check_grad(p: Any, g: Any, lay: LeafLayout, fn: str, arg: str, parg: str) -> None:

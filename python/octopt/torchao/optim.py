@@ -6,7 +6,9 @@
 values of torchao's float8_e4m3fn scaled so that a block's absmax is the largest code, see docs/migrating.md).
 As in torchao, a tensor keeps unquantized state unless it has at least 4096 elements and a whole number of
 blocks. ``Adam*`` add weight decay to the gradient (torch.optim.Adam); ``AdamW*`` decay decoupled.
-``bf16_stochastic_round`` rounds bfloat16 parameters stochastically. The learning rate of each param
+``_AdamW`` is torchao's unquantized AdamW (no ``block_size`` argument; float32 state for every tensor), the
+optimizer its README names for bf16 training: ``bf16_stochastic_round`` rounds bfloat16 parameters
+stochastically. The learning rate of each param
 group is held as a tensor, as torchao holds it (change it with ``param_groups[i]["lr"].fill_(...)``; a
 float written there is taken too).
 """
@@ -25,7 +27,8 @@ from ..torch._signature import bind_arguments
 _P = inspect.Parameter
 MIN_QUANTIZED_NUMEL = 4096  # torchao (following bitsandbytes) quantizes tensors of at least this size
 
-# (name, decoupled weight decay, state bits, default block size, default weight decay, state map)
+# (name, decoupled weight decay, state bits, default block size, default weight decay, state map); a block
+# size of None: no block_size argument and unquantized state (torchao's _AdamW passes block_size=inf)
 TABLE = (
     ("Adam8bit", False, 8, 256, 0, "dynamic"),
     ("Adam4bit", False, 4, 128, 0, "dynamic"),
@@ -33,6 +36,7 @@ TABLE = (
     ("AdamW8bit", True, 8, 256, 1e-2, "dynamic"),
     ("AdamW4bit", True, 4, 128, 1e-2, "dynamic"),
     ("AdamWFp8", True, 8, 256, 1e-2, "fp8"),
+    ("_AdamW", True, 32, None, 1e-2, "dynamic"),
 )
 
 
@@ -42,7 +46,7 @@ class TorchaoAdam(TorchOptimizer):
     _default_bits = 8
     _state_map = "dynamic"
 
-    def __init__(self, params, lr, betas, eps, weight_decay, amsgrad, *, block_size, bf16_stochastic_round):
+    def __init__(self, params, lr, betas, eps, weight_decay, amsgrad, *, bf16_stochastic_round, block_size=None):
         if not 0.0 <= lr:
             raise ValueError("Invalid learning rate: {}".format(lr))
         if not 0.0 <= eps:
@@ -77,12 +81,12 @@ class TorchaoAdam(TorchOptimizer):
 
     def _param_override(self, p: torch.Tensor) -> dict:
         ov = super()._param_override(p)
-        if p.numel() % self.block_size != 0 and "bits" not in ov:
+        if self.block_size is not None and p.numel() % self.block_size != 0 and "bits" not in ov:
             ov = dict(ov, bits=32)  # torchao keeps a tensor of a partial last block unquantized
         return ov
 
 
-def _make(name: str, decoupled: bool, bits: int, block_size: int, weight_decay: float, state_map: str) -> type:
+def _make(name: str, decoupled: bool, bits: int, block_size: int | None, weight_decay: float, state_map: str) -> type:
     sig = inspect.Signature(
         [
             _P("self", _P.POSITIONAL_OR_KEYWORD),
@@ -92,9 +96,9 @@ def _make(name: str, decoupled: bool, bits: int, block_size: int, weight_decay: 
             _P("eps", _P.POSITIONAL_OR_KEYWORD, default=1e-8),
             _P("weight_decay", _P.POSITIONAL_OR_KEYWORD, default=weight_decay),
             _P("amsgrad", _P.POSITIONAL_OR_KEYWORD, default=False),
-            _P("block_size", _P.KEYWORD_ONLY, default=block_size),
-            _P("bf16_stochastic_round", _P.KEYWORD_ONLY, default=False),
-        ],
+        ]
+        + ([] if block_size is None else [_P("block_size", _P.KEYWORD_ONLY, default=block_size)])
+        + [_P("bf16_stochastic_round", _P.KEYWORD_ONLY, default=False)],
         return_annotation=None,
     )
 
@@ -103,8 +107,8 @@ def _make(name: str, decoupled: bool, bits: int, block_size: int, weight_decay: 
 
     __init__.__signature__ = sig  # type: ignore[attr-defined]
     rule = "decoupled weight decay (AdamW)" if decoupled else "weight decay added to the gradient (Adam)"
-    codes = "fp8 e4m3" if state_map == "fp8" else f"{bits}-bit"
-    doc = f"torchao's {name}: {codes} block-wise state, {rule}, stepped by octopt's core."
+    codes = "fp8 e4m3 block-wise" if state_map == "fp8" else f"{bits}-bit block-wise" if bits < 32 else "float32"
+    doc = f"torchao's {name}: {codes} state, {rule}, stepped by octopt's core."
     return type(
         name,
         (TorchaoAdam,),
