@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from . import _arrays, _hparams, _layout, _octopt
+from . import _arrays, _hparams, _layout, _octopt, _placement
 
 
 class _TensorState:
@@ -77,20 +77,30 @@ def _numpy_grad_args(grads: Any, tensors: list, fn: str) -> list:
 
 class _LikeAllocator:
     """The core's state allocator: arrays in the framework and on the device of the parameter being
-    added (set before each add_tensor). ``factory(count, dtype, param, info)``, when set, allocates instead
-    (the bitsandbytes namespace's paged and paired buffers)."""
+    added (set before each add_tensor), host buffers placed clear of the parameter within a page
+    (_placement.py). ``factory(count, dtype, param, info)``, when set, allocates instead (the bitsandbytes
+    namespace's paged and paired buffers)."""
 
-    __slots__ = ("like", "factory")
+    __slots__ = ("_like", "placed", "factory")
 
     def __init__(self, factory: Any = None):
-        self.like: tuple[Any, _arrays.ArrayInfo] | None = None
+        self._like: tuple[Any, _arrays.ArrayInfo] | None = None
+        self.placed: list[int] = []  # page offsets of the current parameter's placed buffers
         self.factory = factory
 
+    @property
+    def like(self) -> tuple[Any, _arrays.ArrayInfo] | None:
+        return self._like
+
+    @like.setter
+    def like(self, value: tuple[Any, _arrays.ArrayInfo] | None) -> None:
+        self._like, self.placed = value, []
+
     def __call__(self, count: int, dtype: str) -> Any:
-        param, info = self.like
+        param, info = self._like
         if self.factory is not None:
             return self.factory(count, dtype, param, info)
-        return _arrays.empty(param, info, (count,), dtype)
+        return _placement.state_empty(param, info, count, dtype, self.placed)
 
 
 class Optimizer:
