@@ -71,3 +71,19 @@ def test_placement_changes_no_result(cpu_array_case, bits):
     np.testing.assert_array_equal(p_placed, p_plain)
     for name in s_plain:
         np.testing.assert_array_equal(s_placed[name], s_plain[name])
+
+
+def test_bitsandbytes_namespace_places_its_state():
+    torch = pytest.importorskip("torch")
+    bnb_optim = pytest.importorskip("octopt.bnb.optim")
+    p = torch.nn.Parameter(torch.randn(N))
+    p.grad = torch.randn(N) * 0.1
+    opt = bnb_optim.Adam8bit([p])
+    opt.step()
+    state = opt.state[p]
+    placed = [p.data_ptr() % PAGE]
+    for name in ("state1", "state2"):
+        where = state[name].data_ptr()
+        assert where % 64 == 0
+        assert all(page_distance(where, other) >= PAGE // 4 for other in placed), (name, where % PAGE, placed)
+        placed.append(where % PAGE)

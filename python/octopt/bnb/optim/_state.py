@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ... import _arrays, _octopt
+from ... import _arrays, _octopt, _placement
 from ...torch import _state as _torch_state
 
 NESTED = _torch_state.BNB_NESTED
@@ -60,12 +60,13 @@ class StateFactory:
         self.paged = bool(opt.is_paged)
         self.param_id = None
         self.count = 0
+        self.placed: list[int] = []  # page offsets of the current parameter's host buffers (_placement.py)
         self.rows: dict[int, list] = {}
         self.managed: list[tuple[Any, torch.Tensor]] = []  # (owner, tensor) of every managed buffer
 
     def __call__(self, count: int, dtype: str, param: Any, info: _arrays.ArrayInfo) -> Any:
         if id(param) != self.param_id:
-            self.param_id, self.count = id(param), 0
+            self.param_id, self.count, self.placed = id(param), 0, []
         k, self.count = self.count, self.count + 1
         if self.paired:
             # allocation order of the core (slot by slot: values, then absmax): 32-bit m1, nu, m2;
@@ -87,7 +88,7 @@ class StateFactory:
             t = torch.as_tensor(owner, device=param.device).view(getattr(torch, dtype))
             self.managed.append((owner, t))
             return t
-        return _arrays.empty(param, info, (count,), dtype)
+        return _placement.state_empty(param, info, count, dtype, self.placed)
 
     def prefetch(self) -> None:
         """Moves the managed state to the device on the current stream (it may have been evicted)."""
