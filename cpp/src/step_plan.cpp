@@ -1,5 +1,6 @@
 // octopt::StepPlan: layout, state buffers, counters and stepping (files: step_plan_io.cpp).
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -7,6 +8,7 @@
 
 #include "octopt/blockwise.hpp"
 #include "octopt/runtime.hpp"
+#include "state_placement.hpp"
 #include "step_plan_impl.hpp"
 
 namespace octopt {
@@ -16,23 +18,26 @@ std::string where(int device) { return device < 0 ? "cpu" : "cuda:" + std::to_st
 
 std::size_t elem_size(StateElem e) { return e == StateElem::f32 ? 4 : 1; }
 
-// Aligned host memory and cudaMalloc.
+// Aligned host memory, placed within the page where the plan asks (state_placement.hpp), and cudaMalloc.
 class DefaultAllocator final : public StateAllocator {
  public:
-  void* allocate(std::size_t count, StateElem elem, int device) override {
-    const std::size_t bytes = count * elem_size(elem);
+  void* allocate(const StateRequest& r) override {
+    const std::size_t bytes = r.count * elem_size(r.elem);
     if (bytes == 0) return nullptr;
-    if (device >= 0) return cuda::device_malloc(bytes, device);
-    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (r.device >= 0) return cuda::device_malloc(bytes, r.device);
+    void* p = r.page_offset == kNoPageOffset ? std::aligned_alloc(64, (bytes + 63) / 64 * 64)
+                                             : placement::alloc_at_offset(bytes, r.page_offset);
     if (!p) throw std::bad_alloc();
     return p;
   }
-  void deallocate(void* p, std::size_t, StateElem, int device) noexcept override {
+  void deallocate(void* p, const StateRequest& r) noexcept override {
     if (!p) return;
-    if (device >= 0)
-      cuda::device_free(p, device);
-    else
+    if (r.device >= 0)
+      cuda::device_free(p, r.device);
+    else if (r.page_offset == kNoPageOffset)
       std::free(p);
+    else
+      placement::free_at_offset(p);
   }
 };
 
@@ -53,17 +58,25 @@ StepPlan::Impl::~Impl() {
     for (int k = 0; k < 3; ++k) release(t.values[k]), release(t.absmax[k]);
 }
 
-StepPlan::Impl::Buffer StepPlan::Impl::allocate(std::size_t count, StateElem elem) {
+StepPlan::Impl::Buffer StepPlan::Impl::allocate(StateRequest r, const void* param, std::vector<int>& taken) {
+  r.device = device;
+  r.page_offset = kNoPageOffset;
+  if (device < 0 && r.count * elem_size(r.elem) >= placement::kMinBytes) {
+    if (taken.empty()) taken.push_back(int(reinterpret_cast<std::uintptr_t>(param) % placement::kPage));
+    r.page_offset = placement::farthest(taken);
+    taken.push_back(r.page_offset);
+  }
   Buffer b;
-  b.count = count;
-  b.elem = elem;
-  b.ptr = allocator->allocate(count, elem, device);
-  if (!b.ptr && count) throw std::bad_alloc();
+  b.count = r.count;
+  b.elem = r.elem;
+  b.request = r;
+  b.ptr = allocator->allocate(r);
+  if (!b.ptr && r.count) throw std::bad_alloc();
   return b;
 }
 
 void StepPlan::Impl::release(Buffer& b) noexcept {
-  if (b.ptr || b.count) allocator->deallocate(b.ptr, b.count, b.elem, device);
+  if (b.ptr || b.count) allocator->deallocate(b.ptr, b.request);
   b = Buffer{};
 }
 
@@ -256,17 +269,27 @@ std::size_t StepPlan::add_tensor(int group, void* data, DType dtype, const std::
   st.n = n;
   st.block_size = t.layout.block_size;
   st.rng_stream = p.tensors.size();
+  std::vector<int> taken;  // page offsets of the parameter and of its buffers placed so far
   try {
     for (const SlotLayout& s : t.layout.slots) {
       StateBuffer& b = st.state[s.index];
       b.bits = s.bits;
       b.stochastic = s.stochastic;
+      StateRequest r;
+      r.tensor = p.tensors.size();
+      r.slot = s.index;
       if (s.bits == 32) {
-        t.values[s.index] = p.allocate(std::size_t(n), StateElem::f32);
+        r.count = std::size_t(n);
+        t.values[s.index] = p.allocate(r, data, taken);
         b.data = t.values[s.index].ptr;
       } else {
-        t.values[s.index] = p.allocate(std::size_t(s.bits == 4 ? (n + 1) / 2 : n), StateElem::u8);
-        t.absmax[s.index] = p.allocate(std::size_t(num_blocks(n, s.block_size)), StateElem::f32);
+        r.count = std::size_t(s.bits == 4 ? (n + 1) / 2 : n);
+        r.elem = StateElem::u8;
+        t.values[s.index] = p.allocate(r, data, taken);
+        r.count = std::size_t(num_blocks(n, s.block_size));
+        r.elem = StateElem::f32;
+        r.buffer = StateBufferKind::absmax;
+        t.absmax[s.index] = p.allocate(r, data, taken);
         b.data = t.values[s.index].ptr;
         b.absmax = static_cast<float*>(t.absmax[s.index].ptr);
         b.codebook = state_map_index(s.bits, s.is_signed, s.map);

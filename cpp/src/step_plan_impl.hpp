@@ -17,6 +17,7 @@ struct StepPlan::Impl {
     void* ptr = nullptr;
     std::size_t count = 0;
     StateElem elem = StateElem::f32;
+    StateRequest request;  // what it was allocated for
   };
   struct Group {
     HyperParams hp;
@@ -53,7 +54,9 @@ struct StepPlan::Impl {
   std::atomic<bool> busy{false};
 
   ~Impl();
-  Buffer allocate(std::size_t count, StateElem elem);
+  // Allocates `r`, placing a large host buffer away from `param` and from `taken` (the page offsets of the tensor's
+  // buffers placed so far, to which this one's is added).
+  Buffer allocate(StateRequest r, const void* param, std::vector<int>& taken);
   void release(Buffer& b) noexcept;
   StepConfig config() const;
   // CUDA: (re)builds the device plan, carrying the step counters over.

@@ -77,30 +77,21 @@ def _numpy_grad_args(grads: Any, tensors: list, fn: str) -> list:
 
 class _LikeAllocator:
     """The core's state allocator: arrays in the framework and on the device of the parameter being
-    added (set before each add_tensor), host buffers placed clear of the parameter within a page
-    (_placement.py). ``factory(count, dtype, param, info)``, when set, allocates instead (the bitsandbytes
-    namespace's paged and paired buffers)."""
+    added (set before each add_tensor), host buffers starting where the core asks within a page
+    (_placement.py). ``factory(count, dtype, param, info, slot, buffer, page_offset)``, when set,
+    allocates instead (the bitsandbytes namespace's paged and paired buffers)."""
 
-    __slots__ = ("_like", "placed", "factory")
+    __slots__ = ("like", "factory")
 
     def __init__(self, factory: Any = None):
-        self._like: tuple[Any, _arrays.ArrayInfo] | None = None
-        self.placed: list[int] = []  # page offsets of the current parameter's placed buffers
+        self.like: tuple[Any, _arrays.ArrayInfo] | None = None
         self.factory = factory
 
-    @property
-    def like(self) -> tuple[Any, _arrays.ArrayInfo] | None:
-        return self._like
-
-    @like.setter
-    def like(self, value: tuple[Any, _arrays.ArrayInfo] | None) -> None:
-        self._like, self.placed = value, []
-
-    def __call__(self, count: int, dtype: str) -> Any:
-        param, info = self._like
+    def __call__(self, count: int, dtype: str, slot: int, buffer: str, page_offset: int) -> Any:
+        param, info = self.like
         if self.factory is not None:
-            return self.factory(count, dtype, param, info)
-        return _placement.state_empty(param, info, count, dtype, self.placed)
+            return self.factory(count, dtype, param, info, slot, buffer, page_offset)
+        return _placement.state_empty(param, info, count, dtype, page_offset)
 
 
 class Optimizer:

@@ -17,28 +17,30 @@
 
 namespace {
 
-// Allocates state as arrays of the parameters' framework: `make(count, dtype_name)` returns a
-// contiguous 1-d array on the parameters' device; the allocator keeps it alive until deallocate.
+// Allocates state as arrays of the parameters' framework: `make(count, dtype_name, slot, buffer_name,
+// page_offset)` returns a contiguous 1-d array on the parameters' device (buffer_name "values" or "absmax";
+// page_offset the core's placement hint, -1 for none); the allocator keeps it alive until deallocate.
 class FrameworkAllocator final : public octopt::StateAllocator {
  public:
   explicit FrameworkAllocator(nb::object make) : make_(std::move(make)) {}
 
-  void* allocate(std::size_t count, octopt::StateElem elem, int device) override {
-    const char* dtype = elem == octopt::StateElem::f32 ? "float32" : "uint8";
-    nb::object a = make_(count, dtype);
+  void* allocate(const octopt::StateRequest& req) override {
+    const char* dtype = req.elem == octopt::StateElem::f32 ? "float32" : "uint8";
+    const char* buffer = req.buffer == octopt::StateBufferKind::values ? "values" : "absmax";
+    nb::object a = make_(req.count, dtype, req.slot, buffer, req.page_offset);
     nb::ndarray<> arr;
     if (!nb::try_cast(a, arr)) throw std::runtime_error("Optimizer: internal: the state allocator returned no array");
     const ArrayRef r = array_ref(arr, "Optimizer", "state");
     const bool ok_dtype =
-        elem == octopt::StateElem::f32 ? r.dtype == nb::dtype<float>() : r.dtype == nb::dtype<std::uint8_t>();
+        req.elem == octopt::StateElem::f32 ? r.dtype == nb::dtype<float>() : r.dtype == nb::dtype<std::uint8_t>();
     const int where = is_cuda(r) ? r.device_id : -1;
-    if (!ok_dtype || std::size_t(r.size) != count || where != device)
+    if (!ok_dtype || std::size_t(r.size) != req.count || where != req.device)
       throw std::runtime_error("Optimizer: internal: the state allocator returned an array of the wrong kind");
     held_.emplace_back(r.data, std::move(a));
     return r.data;
   }
 
-  void deallocate(void* p, std::size_t, octopt::StateElem, int) noexcept override {
+  void deallocate(void* p, const octopt::StateRequest&) noexcept override {
     for (auto it = held_.begin(); it != held_.end(); ++it)
       if (it->first == p) {
         held_.erase(it);

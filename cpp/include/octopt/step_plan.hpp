@@ -25,12 +25,33 @@ namespace octopt {
 // CuPy's pool), so state memory shows up where users measure it.
 enum class StateElem : std::uint8_t { f32, u8 };
 
+// Which buffer of a state slot: its values (float32 values, or codes at 8 and 4 bits) or its block absmax.
+enum class StateBufferKind : std::uint8_t { values, absmax };
+
+inline constexpr int kNoPageOffset = -1;
+
+// One state buffer the plan asks for, as it adds a tensor (slot by slot: values, then absmax).
+struct StateRequest {
+  std::size_t count = 0;  // elements of `elem`
+  StateElem elem = StateElem::f32;
+  int device = -1;         // -1: host memory
+  std::size_t tensor = 0;  // the tensor's index, as add_tensor returns it
+  int slot = 0;            // the state slot (OptimDef::slots' index)
+  StateBufferKind buffer = StateBufferKind::values;
+  // Where within a 4 KiB page a large host buffer should start (a multiple of 64), away from the parameter's and
+  // the tensor's earlier buffers' offsets, so that a step's loads do not wait on other streams' stores whose low
+  // address bits match (docs/decisions.md); kNoPageOffset for small or device buffers. A hint: an allocator that
+  // ignores it costs speed, never a result.
+  int page_offset = kNoPageOffset;
+};
+
 class StateAllocator {
  public:
   virtual ~StateAllocator() = default;
-  // `count` elements of `elem` on `device` (-1: host memory), 64-byte aligned where count > 0.
-  virtual void* allocate(std::size_t count, StateElem elem, int device) = 0;
-  virtual void deallocate(void* p, std::size_t count, StateElem elem, int device) noexcept = 0;
+  // `request.count` elements of `request.elem` on `request.device`, 64-byte aligned where count > 0.
+  virtual void* allocate(const StateRequest& request) = 0;
+  // Returns what allocate(request) gave, with the same request.
+  virtual void deallocate(void* p, const StateRequest& request) noexcept = 0;
 };
 std::shared_ptr<StateAllocator> default_state_allocator();
 

@@ -58,37 +58,30 @@ class StateFactory:
     def __init__(self, opt: Any):
         self.paired = opt._bnb_name == "ademamix"
         self.paged = bool(opt.is_paged)
-        self.param_id = None
-        self.count = 0
-        self.placed: list[int] = []  # page offsets of the current parameter's host buffers (_placement.py)
         self.rows: dict[int, list] = {}
         self.managed: list[tuple[Any, torch.Tensor]] = []  # (owner, tensor) of every managed buffer
 
-    def __call__(self, count: int, dtype: str, param: Any, info: _arrays.ArrayInfo) -> Any:
-        if id(param) != self.param_id:
-            self.param_id, self.count, self.placed = id(param), 0, []
-        k, self.count = self.count, self.count + 1
-        if self.paired:
-            # allocation order of the core (slot by slot: values, then absmax): 32-bit m1, nu, m2;
-            # 8-bit m1, m1's absmax, nu, nu's absmax, m2, m2's absmax
-            eight = dtype == "uint8" if k == 0 else self.rows[id(param)][0].dtype == torch.uint8
-            first = {0: 0, 1: 1} if eight else {0: 0}
-            second = {4: 0, 5: 1} if eight else {2: 0}
-            if k in first:
-                pair = self._empty(2 * count, dtype, param, info).view(2, count)
-                self.rows.setdefault(id(param), []).append(pair)
+    def __call__(
+        self, count: int, dtype: str, param: Any, info: _arrays.ArrayInfo, slot: int, buffer: str, page_offset: int
+    ) -> Any:
+        if self.paired and slot in (0, 2):
+            # AdEMAMix's m1 (slot 0) allocates a two-row tensor per buffer (values, then absmax, as the core asks
+            # for them) and m2 (slot 2) takes its second row
+            rows = self.rows.setdefault(id(param), [])
+            if slot == 0:
+                pair = self._empty(2 * count, dtype, param, info, page_offset).view(2, count)
+                rows.append(pair)
                 return pair[0]
-            if k in second:
-                return self.rows[id(param)][second[k]][1]
-        return self._empty(count, dtype, param, info)
+            return rows[0 if buffer == "values" else 1][1]
+        return self._empty(count, dtype, param, info, page_offset)
 
-    def _empty(self, count: int, dtype: str, param: Any, info: _arrays.ArrayInfo) -> Any:
+    def _empty(self, count: int, dtype: str, param: Any, info: _arrays.ArrayInfo, page_offset: int) -> Any:
         if self.paged and info.device == "cuda" and count >= PAGED_MIN_NUMEL:
             owner = _octopt.ManagedBuffer(count * (1 if dtype == "uint8" else 4), int(param.get_device()))
             t = torch.as_tensor(owner, device=param.device).view(getattr(torch, dtype))
             self.managed.append((owner, t))
             return t
-        return _placement.state_empty(param, info, count, dtype, self.placed)
+        return _placement.state_empty(param, info, count, dtype, page_offset)
 
     def prefetch(self) -> None:
         """Moves the managed state to the device on the current stream (it may have been evicted)."""
