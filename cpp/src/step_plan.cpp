@@ -67,8 +67,6 @@ StepPlan::Impl::Buffer StepPlan::Impl::allocate(StateRequest r, const void* para
     taken.push_back(r.page_offset);
   }
   Buffer b;
-  b.count = r.count;
-  b.elem = r.elem;
   b.request = r;
   b.ptr = allocator->allocate(r);
   if (!b.ptr && r.count) throw std::bad_alloc();
@@ -76,7 +74,7 @@ StepPlan::Impl::Buffer StepPlan::Impl::allocate(StateRequest r, const void* para
 }
 
 void StepPlan::Impl::release(Buffer& b) noexcept {
-  if (b.ptr || b.count) allocator->deallocate(b.ptr, b.request);
+  if (b.ptr || b.request.count) allocator->deallocate(b.ptr, b.request);
   b = Buffer{};
 }
 
@@ -107,11 +105,11 @@ void StepPlan::Impl::fill_state(Tensor& t) {
         std::memcpy(b.ptr, bytes, n);
     };
     if (s.bits == 32) {
-      std::vector<float> f(v.count, float(init));
+      std::vector<float> f(v.request.count, float(init));
       put(v, f.data(), f.size() * 4);
     } else {
-      std::vector<std::uint8_t> codes(v.count, slot_initial_code(s.bits, s.is_signed, init, s.map));
-      std::vector<float> am(a.count, float(init));
+      std::vector<std::uint8_t> codes(v.request.count, slot_initial_code(s.bits, s.is_signed, init, s.map));
+      std::vector<float> am(a.request.count, float(init));
       put(v, codes.data(), codes.size());
       put(a, am.data(), am.size() * 4);
     }
@@ -339,9 +337,9 @@ std::vector<StateBuffers> StepPlan::tensor_state(std::size_t i) const {
     StateBuffers b;
     b.slot = s;
     b.data = t.values[s.index].ptr;
-    b.count = t.values[s.index].count;
+    b.count = t.values[s.index].request.count;
     b.absmax = static_cast<float*>(t.absmax[s.index].ptr);
-    b.blocks = t.absmax[s.index].count;
+    b.blocks = t.absmax[s.index].request.count;
     out.push_back(b);
   }
   return out;
@@ -351,7 +349,8 @@ std::size_t StepPlan::state_bytes() const {
   std::size_t total = 0;
   for (const Impl::Tensor& t : impl_->tensors)
     for (int k = 0; k < 3; ++k)
-      total += t.values[k].count * elem_size(t.values[k].elem) + t.absmax[k].count * elem_size(t.absmax[k].elem);
+      total += t.values[k].request.count * elem_size(t.values[k].request.elem) +
+               t.absmax[k].request.count * elem_size(t.absmax[k].request.elem);
   return total;
 }
 

@@ -15,9 +15,7 @@ struct StepPlan::Impl {
   // One allocation of the plan's allocator; returned to it when the plan goes.
   struct Buffer {
     void* ptr = nullptr;
-    std::size_t count = 0;
-    StateElem elem = StateElem::f32;
-    StateRequest request;  // what it was allocated for
+    StateRequest request;  // what it was allocated for: count, element type, device, ...
   };
   struct Group {
     HyperParams hp;

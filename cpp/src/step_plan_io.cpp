@@ -82,14 +82,14 @@ void StepPlan::save(const std::string& path) {
     Json::Object slots;
     for (const SlotLayout& s : t.layout.slots) {
       const auto view = [&](const char* part, const char* dtype, const Impl::Buffer& b) {
-        const std::size_t bytes = b.count * (b.elem == StateElem::f32 ? 4 : 1);
+        const std::size_t bytes = b.request.count * (b.request.elem == StateElem::f32 ? 4 : 1);
         const void* data = b.ptr;
         if (p.device >= 0 && bytes) {
           host.emplace_back(bytes);
           cuda::copy_to_host(host.back().data(), b.ptr, bytes, p.device);
           data = host.back().data();
         }
-        views.push_back({tensor_name(i, s.name, part), dtype, {std::int64_t(b.count)}, data});
+        views.push_back({tensor_name(i, s.name, part), dtype, {std::int64_t(b.request.count)}, data});
       };
       if (s.bits == 32) {
         view(nullptr, "F32", t.values[s.index]);
@@ -321,16 +321,16 @@ void StepPlan::load(const std::string& path) {
                                       detail::write_json(want) + " here");
       }
       const auto take = [&](const char* part, const char* dtype, const Impl::Buffer& b) {
-        const std::size_t elem = b.elem == StateElem::f32 ? 4 : 1;
+        const std::size_t elem = b.request.elem == StateElem::f32 ? 4 : 1;
         const std::string name = tensor_name(i, s.name, part);
         auto it = by_name.find(name);
         if (it == by_name.end()) throw std::invalid_argument(swhere + ": the file lacks tensor '" + name + "'");
         const StateFile::Tensor& ft = *it->second;
         if (ft.dtype != dtype)
           throw std::invalid_argument(swhere + ": tensor '" + name + "' has dtype " + ft.dtype + ", expected " + dtype);
-        if (ft.nbytes != b.count * elem)
+        if (ft.nbytes != b.request.count * elem)
           throw std::invalid_argument(swhere + ": tensor '" + name + "' has " + std::to_string(ft.nbytes / elem) +
-                                      " elements, expected " + std::to_string(b.count));
+                                      " elements, expected " + std::to_string(b.request.count));
         copies.push_back({b.ptr, ft.data, ft.nbytes});
       };
       if (s.bits == 32) {

@@ -16,13 +16,6 @@ from . import _arrays
 PAGE = 4096
 
 
-def address(a: Any, info: _arrays.ArrayInfo) -> int:
-    """The first byte of a NumPy array or torch tensor."""
-    if info.framework == "torch":
-        return int(a.data_ptr())
-    return int(a.__array_interface__["data"][0])
-
-
 def state_empty(param: Any, info: _arrays.ArrayInfo, count: int, dtype: str, page_offset: int) -> Any:
     """An uninitialized 1-d array of `count` elements of `dtype` for `param`'s state, starting at
     `page_offset` within a page on the host (-1, a GPU or another framework: a plain allocation)."""
@@ -30,7 +23,7 @@ def state_empty(param: Any, info: _arrays.ArrayInfo, count: int, dtype: str, pag
         return _arrays.empty(param, info, (count,), dtype)
     nbytes = count * (1 if dtype == "uint8" else 4)
     raw = _arrays.empty(param, info, (nbytes + PAGE,), "uint8")
-    off = (page_offset - address(raw, info)) % PAGE
+    off = (page_offset - _arrays.memory_span(raw, info)[2]) % PAGE
     block = raw[off : off + nbytes]
     if info.framework == "torch":
         import torch
