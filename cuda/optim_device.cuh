@@ -36,7 +36,7 @@ struct DevTensor {
   std::int32_t group;
   std::int32_t param_dtype;  // DType
   std::int32_t pad;
-  DevState state[3];
+  DevState state[kMaxStateSlots];
 };
 
 // The per-step arguments, uploaded as one blob: header, then one DevGrad per tensor, then one

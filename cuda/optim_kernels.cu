@@ -29,7 +29,7 @@ constexpr int kRadixBins = 256;
 static_assert(T == kRadixBins, "percentile selection: one thread per radix bin");
 
 struct U3 {
-  unsigned v[3];
+  unsigned v[kMaxStateSlots];
 };
 
 struct MaxU {
@@ -40,7 +40,7 @@ struct MaxU3 {
   __device__ U3 operator()(const U3& a, const U3& b) const {
     U3 r;
 #pragma unroll
-    for (int k = 0; k < 3; ++k) r.v[k] = a.v[k] > b.v[k] ? a.v[k] : b.v[k];
+    for (int k = 0; k < kMaxStateSlots; ++k) r.v[k] = a.v[k] > b.v[k] ? a.v[k] : b.v[k];
     return r;
   }
 };
@@ -57,7 +57,7 @@ __device__ __forceinline__ unsigned encode(const Codebook& cb, float v, float di
 
 struct SharedScalars {
   unsigned grad_amax;
-  float scale[3];
+  float scale[kMaxStateSlots];
 };
 
 // The scalars of tensor `ti` for the step in flight: its step count (and NAdam's mu product) is
@@ -174,7 +174,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
   if (threadIdx.x == 0) hs = tile_scalars(tb, t, ti, phase);  // while the other threads load codebooks
 // Codebooks of the quantized states, once per tile.
 #pragma unroll
-  for (int k = 0; k < 3; ++k)
+  for (int k = 0; k < kMaxStateSlots; ++k)
     if (k < nstates) {
       const DevState& st = t.state[k];
       if (!st.data || st.bits == 32) continue;
@@ -225,14 +225,14 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
 
     // 2. Per element: dequantize with the old absmax, update, store the parameter; stage the new
     //    state values of quantized slots and their block maxima.
-    float old_amax[3];
+    float old_amax[kMaxStateSlots];
 #pragma unroll
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < kMaxStateSlots; ++k) {
       const DevState& st = t.state[k];
       old_amax[k] = (k < nstates && st.data && st.bits != 32) ? st.absmax[b] : 0.0f;
     }
     U3 am{{0u, 0u, 0u}};
-    const bool lars_norms = phase == kPhaseNorms && kind == OptimKind::lars;
+    const bool lars_norms = phase == kPhaseNorms && optim_trust_ratio(kind) == TrustRatio::lars;
     for (int i = threadIdx.x; i < len; i += T) {
       const std::int64_t k_el = i0 + i;
       const float g = sg[i];
@@ -242,9 +242,9 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
         stage[tb.max_block + i] = g;
         continue;
       }
-      float s[3] = {0.0f, 0.0f, 0.0f};
+      float s[kMaxStateSlots] = {};
 #pragma unroll
-      for (int k = 0; k < 3; ++k)
+      for (int k = 0; k < kMaxStateSlots; ++k)
         if (k < nstates)
           if (t.state[k].data) s[k] = load_state(t.state[k], cbs[k], old_amax[k], k_el);
       if (phase == kPhaseNorms) {  // LAMB: the update direction, states left as they were
@@ -256,13 +256,13 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
       }
       const float np = update_element_any(kind, h, p, g, s[0], s[1], s[2], nullptr);
       if (P == DType::bf16 && hdr.stochastic_bf16) {
-        const std::uint64_t key = step_stream_key(hdr.seed, t.rng_stream, gstep, 3);
+        const std::uint64_t key = step_stream_key(hdr.seed, t.rng_stream, gstep, kParamStream);
         static_cast<std::uint16_t*>(t.param)[k_el] = f32_to_bf16_stochastic(np, random16(key, std::uint64_t(k_el)));
       } else {
         store_f32<P>(t.param, k_el, np);
       }
 #pragma unroll
-      for (int k = 0; k < 3; ++k)
+      for (int k = 0; k < kMaxStateSlots; ++k)
         if (k < nstates) {
           const DevState& st = t.state[k];
           if (!st.data) continue;
@@ -286,13 +286,13 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
     am = ReduceU3(S.reduce.u3).Reduce(am, MaxU3());
     if (threadIdx.x == 0)
 #pragma unroll
-      for (int k = 0; k < 3; ++k) S.sh.scale[k] = bits_f32(am.v[k]);
+      for (int k = 0; k < kMaxStateSlots; ++k) S.sh.scale[k] = bits_f32(am.v[k]);
     __syncthreads();
     if (clip && len > 1) {
       // The magnitude of rank kq: select_magnitude_rank.
       const int kq = percentile_rank(hdr.percentile, len);
 #pragma unroll
-      for (int k = 0; k < 3; ++k)
+      for (int k = 0; k < kMaxStateSlots; ++k)
         if (k < nstates) {
           const DevState& st = t.state[k];
           if (!st.data || st.bits == 32) continue;
@@ -304,7 +304,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
 
 // 4. Requantize with the new scales.
 #pragma unroll
-    for (int k = 0; k < 3; ++k)
+    for (int k = 0; k < kMaxStateSlots; ++k)
       if (k < nstates) {
         const DevState& st = t.state[k];
         if (!st.data || st.bits == 32) continue;

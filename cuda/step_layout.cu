@@ -61,7 +61,7 @@ StepLayout layout_step(const StepConfig& cfg, const StepTensor* tensors, std::si
     t.n_chunks = chunk_count(s.n, s.block_size);
     blocks += nb;
     chunks += t.n_chunks;
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < kMaxStateSlots; ++k) {
       t.state[k].data = s.state[k].data;
       t.state[k].absmax = s.state[k].absmax;
       t.state[k].bits = s.state[k].bits;

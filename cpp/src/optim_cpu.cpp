@@ -59,7 +59,7 @@ void validate_step(const StepConfig& cfg, const StepTensor* tensors, std::size_t
     if (s.grad && s.grad_dtype != s.param_dtype && s.grad_dtype != DType::f32)
       throw std::invalid_argument(where() + "gradient dtype " + dtype_name(s.grad_dtype) +
                                   " must be the parameter's (" + dtype_name(s.param_dtype) + ") or float32");
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < kMaxStateSlots; ++k) {
       const StateBuffer& st = s.state[k];
       if (!st.data) continue;
       if (k >= nstates)

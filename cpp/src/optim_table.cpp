@@ -16,12 +16,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-HyperParams with(std::initializer_list<std::pair<HParam, double>> values) {
-  HyperParams hp;
-  for (const auto& [id, v] : values) set_hparam(hp, id, v);
-  return hp;
-}
-
 }  // namespace
 
 const std::vector<HParamDef>& hparam_defs() {
@@ -75,120 +69,27 @@ std::vector<std::string> hparam_flag_names() {
   return out;
 }
 
+namespace {
+
+// The table entry of K, from its definition (numerics/rules/<name>.hpp).
+template <OptimKind K>
+OptimDef def_of() {
+  using R = OptimRule<K>;
+  OptimDef d{K, R::name, R::class_name, R::summary, {}, {}, R::num_betas, HyperParams{}, 0.0};
+  for (const SlotSpec& s : R::slots) d.slots.push_back({s.name, s.is_signed, s.first_moment});
+  d.options.assign(R::options.begin(), R::options.end());
+  for (const HParamValue& v : R::defaults) set_hparam(d.defaults, v.id, v.value);
+  return d;
+}
+
+}  // namespace
+
 const std::vector<OptimDef>& optim_defs() {
-  using H = HParam;
   static const std::vector<OptimDef> defs = [] {
-    // the slots of an optimizer as the kernels know them (numerics/state_slots.hpp)
-    const auto slots_of = [](OptimKind k) {
-      std::vector<SlotDef> out;
-      for (int i = 0; i < optim_state_slots(k); ++i)
-        out.push_back({state_slot_name(k, i), state_slot_signed(k, i), state_slot_first_moment(k, i)});
-      return out;
-    };
     std::vector<OptimDef> d;
-    d.push_back({OptimKind::adam,
-                 "adam",
-                 "Adam",
-                 "torch.optim.Adam semantics: L2 weight decay added to the gradient.",
-                 slots_of(OptimKind::adam),
-                 {"lr", "betas", "eps", "weight_decay", "maximize"},
-                 2,
-                 with({}),
-                 0.0});
-    d.push_back({OptimKind::adamw,
-                 "adamw",
-                 "AdamW",
-                 "torch.optim.AdamW semantics: decoupled weight decay applied before the update.",
-                 slots_of(OptimKind::adam),
-                 {"lr", "betas", "eps", "weight_decay", "maximize"},
-                 2,
-                 with({{H::weight_decay, 1e-2}}),
-                 0.0});
-    d.push_back({OptimKind::sgd,
-                 "sgd",
-                 "SGD",
-                 "torch.optim.SGD semantics: momentum, dampening, Nesterov; the buffer starts at the first gradient.",
-                 slots_of(OptimKind::sgd),
-                 {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"},
-                 0,
-                 with({}),
-                 0.0});
-    d.push_back({OptimKind::rmsprop,
-                 "rmsprop",
-                 "RMSprop",
-                 "torch.optim.RMSprop semantics, with optional momentum and centering.",
-                 slots_of(OptimKind::rmsprop),
-                 {"lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize", "eps_in_sqrt"},
-                 0,
-                 with({{H::lr, 1e-2}}),
-                 0.0});
-    d.push_back({OptimKind::adagrad,
-                 "adagrad",
-                 "Adagrad",
-                 "torch.optim.Adagrad semantics (lr_decay, initial_accumulator_value).",
-                 slots_of(OptimKind::adagrad),
-                 {"lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps", "maximize"},
-                 0,
-                 with({{H::lr, 1e-2}, {H::eps, 1e-10}}),
-                 0.0});
-    d.push_back({OptimKind::lion,
-                 "lion",
-                 "Lion",
-                 "Lion (Chen et al. 2023): sign of an interpolated momentum, decoupled weight decay.",
-                 slots_of(OptimKind::lion),
-                 {"lr", "betas", "weight_decay", "maximize"},
-                 2,
-                 with({{H::lr, 1e-4}, {H::beta2, 0.99}}),
-                 0.0});
-    d.push_back({OptimKind::ademamix,
-                 "ademamix",
-                 "AdEMAMix",
-                 "AdEMAMix (Pagliardini et al. 2024): Adam plus a slow EMA mixed in with weight alpha; optional "
-                 "warm-ups t_alpha and t_beta3 (in steps).",
-                 slots_of(OptimKind::ademamix),
-                 {"lr", "betas", "alpha", "t_alpha", "t_beta3", "eps", "weight_decay", "maximize"},
-                 3,
-                 with({{H::alpha, 5.0}, {H::weight_decay, 1e-2}}),
-                 0.0});
-    d.push_back(
-        {OptimKind::lamb,
-         "lamb",
-         "LAMB",
-         "LAMB (You et al. 2020): Adam direction plus decoupled decay, scaled per tensor by ||w|| / ||update||.",
-         slots_of(OptimKind::adam),
-         {"lr", "betas", "eps", "weight_decay", "bias_correction", "maximize"},
-         2,
-         with({{H::eps, 1e-6}}),
-         0.0});
-    d.push_back({OptimKind::lars,
-                 "lars",
-                 "LARS",
-                 "LARS (You et al. 2017): momentum SGD with the per-tensor rate eta * ||w|| / (||g|| + wd ||w||).",
-                 slots_of(OptimKind::lars),
-                 {"lr", "momentum", "weight_decay", "eta", "maximize"},
-                 0,
-                 with({{H::momentum, 0.9}}),
-                 0.0});
-    d.push_back({OptimKind::radam,
-                 "radam",
-                 "RAdam",
-                 "torch.optim.RAdam semantics: Adam with the variance rectification of Liu et al. 2020 (an SGD-like "
-                 "step while the second moment is unreliable); L2 or decoupled weight decay.",
-                 slots_of(OptimKind::radam),
-                 {"lr", "betas", "eps", "weight_decay", "decoupled_weight_decay", "maximize"},
-                 2,
-                 with({}),
-                 0.0});
-    d.push_back({OptimKind::nadam,
-                 "nadam",
-                 "NAdam",
-                 "torch.optim.NAdam semantics: Adam with Nesterov momentum and the momentum schedule of Dozat 2016 "
-                 "(momentum_decay); L2 or decoupled weight decay.",
-                 slots_of(OptimKind::nadam),
-                 {"lr", "betas", "eps", "weight_decay", "momentum_decay", "decoupled_weight_decay", "maximize"},
-                 2,
-                 with({{H::lr, 2e-3}}),
-                 0.0});
+#define OCTOPT_TABLE_ENTRY(name) d.push_back(def_of<OptimKind::name>());
+    OCTOPT_OPTIMIZERS(OCTOPT_TABLE_ENTRY)
+#undef OCTOPT_TABLE_ENTRY
     return d;
   }();
   return defs;
@@ -288,7 +189,8 @@ TensorLayout layout_tensor(OptimKind kind, const HyperParams& hp, const LayoutOp
 }
 
 double slot_initial_value(OptimKind kind, int slot, const LayoutOptions& lo) {
-  return kind == OptimKind::adagrad && slot == 0 ? lo.initial_accumulator_value : 0.0;
+  const SlotSpec* s = state_slot_spec(kind, slot);
+  return s && s->init == SlotInit::initial_accumulator ? lo.initial_accumulator_value : 0.0;
 }
 
 std::uint8_t slot_initial_code(int bits, bool is_signed, double init, StateMap map) {
@@ -335,13 +237,20 @@ std::string format_real(double v) {
 
 namespace {
 
-void check_range(double x, const HParamDef& d, double hi, bool hi_open, const char* fn) {
+// `who`: the optimizer whose own bound this is ("" for the shared range), named in the message with the bounds
+// as written in its definition ([0, 1) rather than [0.0, 1.0))
+void check_range(double x, const HParamDef& d, double lo, double hi, bool hi_open, const std::string& who,
+                 const char* fn) {
   const std::string pre = std::string(fn) + ": '" + d.key + "' must be ";
-  if (!std::isfinite(x)) throw std::invalid_argument(pre + "finite, got " + format_real(x));
-  if (x < d.lo || (hi_open ? x >= hi : x > hi)) {
-    const std::string bound = std::isinf(hi) ? ">= " + format_real(d.lo)
-                                             : "[" + format_real(d.lo) + ", " + format_real(hi) + (hi_open ? ")" : "]");
-    throw std::invalid_argument(pre + "in " + bound + ", got " + format_real(x));
+  if (!std::isfinite(x) && who.empty()) throw std::invalid_argument(pre + "finite, got " + format_real(x));
+  if (!std::isfinite(x) || x < lo || (hi_open ? x >= hi : x > hi)) {
+    const auto num = [&](double v) {
+      std::string t = format_real(v);
+      if (!who.empty() && t.size() > 2 && t.compare(t.size() - 2, 2, ".0") == 0) t.resize(t.size() - 2);
+      return t;
+    };
+    const std::string bound = std::isinf(hi) ? ">= " + num(lo) : "[" + num(lo) + ", " + num(hi) + (hi_open ? ")" : "]");
+    throw std::invalid_argument(pre + "in " + bound + (who.empty() ? "" : " for " + who) + ", got " + format_real(x));
   }
 }
 
@@ -352,12 +261,16 @@ void validate_hparams(OptimKind kind, const HyperParams& hp, const char* fn) {
     if (d.type == HParamType::flag) continue;
     const double x = get_hparam(hp, d.id);
     if (d.type == HParamType::optional_real && x == 0.0) continue;
-    if (d.id == HParam::alpha && kind == OptimKind::rmsprop) {
-      if (!std::isfinite(x) || x < 0.0 || x >= 1.0)
-        throw std::invalid_argument(std::string(fn) + ": 'alpha' must be in [0, 1) for RMSprop, got " + format_real(x));
-      continue;
-    }
-    check_range(x, d, d.hi, d.hi_open, fn);
+    // an optimizer may narrow a shared hyper-parameter's range (RMSprop's alpha: [0, 1))
+    double lo = d.lo, hi = d.hi;
+    bool hi_open = d.hi_open;
+    std::string who;
+    visit_optim(kind, [&](auto k) {
+      using R = OptimRule<decltype(k)::value>;
+      for (const HParamBound& b : R::bounds)
+        if (b.id == d.id) lo = b.lo, hi = b.hi, hi_open = b.hi_open, who = R::class_name;
+    });
+    check_range(x, d, lo, hi, hi_open, who, fn);
   }
   if (hp.nesterov && (hp.momentum <= 0 || hp.dampening != 0))
     throw std::invalid_argument(std::string(fn) + ": Nesterov momentum requires momentum > 0 and zero dampening");

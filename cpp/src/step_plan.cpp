@@ -55,7 +55,7 @@ PlanBusy::PlanBusy(std::atomic<bool>& flag, const char* fn) : flag_(flag) {
 StepPlan::Impl::~Impl() {
   device_plan.reset();
   for (Tensor& t : tensors)
-    for (int k = 0; k < 3; ++k) release(t.values[k]), release(t.absmax[k]);
+    for (int k = 0; k < kMaxStateSlots; ++k) release(t.values[k]), release(t.absmax[k]);
 }
 
 StepPlan::Impl::Buffer StepPlan::Impl::allocate(StateRequest r, const void* param, std::vector<int>& taken) {
@@ -298,7 +298,7 @@ std::size_t StepPlan::add_tensor(int group, void* data, DType dtype, const std::
     }
     p.fill_state(t);
   } catch (...) {
-    for (int k = 0; k < 3; ++k) p.release(t.values[k]), p.release(t.absmax[k]);
+    for (int k = 0; k < kMaxStateSlots; ++k) p.release(t.values[k]), p.release(t.absmax[k]);
     throw;
   }
   const StepConfig cfg = p.config();
@@ -348,7 +348,7 @@ std::vector<StateBuffers> StepPlan::tensor_state(std::size_t i) const {
 std::size_t StepPlan::state_bytes() const {
   std::size_t total = 0;
   for (const Impl::Tensor& t : impl_->tensors)
-    for (int k = 0; k < 3; ++k)
+    for (int k = 0; k < kMaxStateSlots; ++k)
       total += t.values[k].request.count * elem_size(t.values[k].request.elem) +
                t.absmax[k].request.count * elem_size(t.absmax[k].request.elem);
   return total;

@@ -31,8 +31,8 @@ struct StepPlan::Impl {
     std::vector<std::int64_t> shape;
     int group = 0;
     TensorLayout layout;
-    Buffer values[3], absmax[3];  // per state slot s0..s2
-    std::int64_t step = 0;        // steps taken (CPU; CUDA: the device counters are authoritative)
+    Buffer values[kMaxStateSlots], absmax[kMaxStateSlots];  // per state slot
+    std::int64_t step = 0;  // steps taken (CPU; CUDA: the device counters are authoritative)
   };
 
   OptimKind kind;

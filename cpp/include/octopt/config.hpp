@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "numerics/optim_list.hpp"
+
 // The CUDA stream type, declared without including CUDA headers: the same type as the runtime's
 // own `typedef struct CUstream_st* cudaStream_t`, so both may be seen in one translation unit.
 struct CUstream_st;
@@ -19,21 +21,22 @@ namespace octopt {
 
 using cudaStream_t = ::CUstream_st*;
 
-// The optimizers of the fused step. New kinds go at the end: the values are stored (state files,
-// the XLA handlers' `kind` attribute) and must keep their numbers.
+// The optimizers of the fused step, from the list in numerics/optim_list.hpp (stored numbers: new kinds go at the
+// end of that list).
 enum class OptimKind : std::uint8_t {
-  adam = 0,
-  adamw,
-  sgd,
-  rmsprop,
-  adagrad,
-  lion,
-  ademamix,
-  lamb,
-  lars,
-  radam,
-  nadam
+#define OCTOPT_KIND_ENUMERATOR(name) name,
+  OCTOPT_OPTIMIZERS(OCTOPT_KIND_ENUMERATOR)
+#undef OCTOPT_KIND_ENUMERATOR
 };
-inline constexpr int kNumOptimKinds = 11;
+#define OCTOPT_KIND_COUNT(name) +1
+inline constexpr int kNumOptimKinds = 0 OCTOPT_OPTIMIZERS(OCTOPT_KIND_COUNT);
+#undef OCTOPT_KIND_COUNT
+// The numbers files and the XLA handlers store must not move.
+static_assert(int(OptimKind::adam) == 0 && int(OptimKind::sgd) == 2 && int(OptimKind::ademamix) == 6 &&
+                  int(OptimKind::nadam) == 10,
+              "optim_list.hpp: optimizers keep their numbers; add new ones at the end");
+
+// The most state buffers (slots s0, s1, ...) an optimizer may have: the width of every per-tensor state array.
+inline constexpr int kMaxStateSlots = 3;
 
 }  // namespace octopt

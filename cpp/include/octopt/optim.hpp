@@ -28,7 +28,7 @@ namespace octopt {
 
 const char* optim_name(OptimKind kind);
 OptimKind parse_optim(const std::string& name);  // throws std::invalid_argument for unknown names
-int optim_num_states(OptimKind kind);            // state slots the optimizer may use (1..3)
+int optim_num_states(OptimKind kind);            // state slots the optimizer may use (1..kMaxStateSlots)
 
 // The step's scalars for a tensor that has now taken `step` steps (1-based), in double precision.
 SlotScalars compute_scalars(OptimKind kind, const HyperParams& hp, std::int64_t step);
@@ -49,7 +49,7 @@ struct StepTensor {
   DType grad_dtype = DType::f32;
   std::int64_t n = 0;
   int block_size = 256;  // quantization block, also the unit of non-finite skipping
-  StateBuffer state[3];
+  StateBuffer state[kMaxStateSlots];
   SlotScalars scalars{};
   std::uint64_t rng_stream = 0;  // distinguishes tensors in stochastic rounding
   // NAdam: the running product mu_1 ... mu_t of the steps this tensor has taken (torch's

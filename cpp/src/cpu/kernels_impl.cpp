@@ -258,7 +258,7 @@ std::int64_t count_nonfinite(const void* g, DType dtype, std::int64_t n, int blo
 struct OptimScratch {
   alignas(64) float p[kMaxBlockSize];
   alignas(64) float g[kMaxBlockSize];
-  alignas(64) float s[3][kMaxBlockSize];
+  alignas(64) float s[kMaxStateSlots][kMaxBlockSize];
   alignas(64) float u[kMaxBlockSize];
   alignas(64) std::uint32_t keys[kMaxBlockSize];  // percentile scaling
   alignas(64) std::uint8_t codes[kMaxBlockSize];
@@ -353,7 +353,7 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
   OptimScratch& s = optim_scratch();
   const int bs = slot.block_size;
   constexpr int kStates = optim_state_slots(K);
-  const Levels* levels[3] = {nullptr, nullptr, nullptr};
+  const Levels* levels[kMaxStateSlots] = {};
   for (int k = 0; k < kStates; ++k)
     if (slot.state[k].data && slot.state[k].bits != 32) levels[k] = &levels_for(cfg.codebooks[slot.state[k].codebook]);
   const bool vbmi = active().vbmi;
@@ -384,12 +384,13 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
     }
     float* p = kDirectP ? static_cast<float*>(slot.param) + i0 : s.p;
     if (!kDirectP) load_block<P>(slot.param, i0, len, s.p);
-    if (phase == OptimPhase::norms && K == OptimKind::lars) {
+    if (phase == OptimPhase::norms && OptimRule<K>::trust == TrustRatio::lars) {  // LARS: norms of p and g
       norms[0] += block_sum_squares(p, len);
       norms[1] += block_sum_squares(g, len);
       continue;
     }
-    float* st[3] = {s.s[0], s.s[1], s.s[2]};
+    float* st[kMaxStateSlots];
+    for (int k = 0; k < kMaxStateSlots; ++k) st[k] = s.s[k];
     for (int k = 0; k < kStates; ++k) {
       const StateBuffer& sb = slot.state[k];
       if (!sb.data)
@@ -407,7 +408,7 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
     }
     update_loop<K>(slot.scalars, len, p, g, st[0], st[1], st[2]);
     if (P == DType::bf16 && cfg.stochastic_bf16) {
-      const std::uint64_t key = state_key(cfg, slot, 3);
+      const std::uint64_t key = state_key(cfg, slot, kParamStream);
       auto* out = static_cast<std::uint16_t*>(slot.param);
       for (int i = 0; i < len; ++i) out[i0 + i] = f32_to_bf16_stochastic(s.p[i], random16(key, std::uint64_t(i0 + i)));
     } else if (!kDirectP) {
@@ -442,31 +443,7 @@ OptimBlockFn select_param(DType p, DType g) {
 }
 
 OptimBlockFn select_optim(OptimKind k, DType p, DType g) {
-  switch (k) {
-    case OptimKind::adam:
-      return select_param<OptimKind::adam>(p, g);
-    case OptimKind::adamw:
-      return select_param<OptimKind::adamw>(p, g);
-    case OptimKind::sgd:
-      return select_param<OptimKind::sgd>(p, g);
-    case OptimKind::rmsprop:
-      return select_param<OptimKind::rmsprop>(p, g);
-    case OptimKind::adagrad:
-      return select_param<OptimKind::adagrad>(p, g);
-    case OptimKind::lion:
-      return select_param<OptimKind::lion>(p, g);
-    case OptimKind::ademamix:
-      return select_param<OptimKind::ademamix>(p, g);
-    case OptimKind::lamb:
-      return select_param<OptimKind::lamb>(p, g);
-    case OptimKind::lars:
-      return select_param<OptimKind::lars>(p, g);
-    case OptimKind::radam:
-      return select_param<OptimKind::radam>(p, g);
-    case OptimKind::nadam:
-      return select_param<OptimKind::nadam>(p, g);
-  }
-  return nullptr;
+  return visit_optim(k, [&](auto kind) { return select_param<decltype(kind)::value>(p, g); });
 }
 
 }  // namespace

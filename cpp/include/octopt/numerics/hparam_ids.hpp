@@ -3,7 +3,7 @@
 // true/false flags, and how to read and write them in a HyperParams. Their names, ranges and defaults
 // are host data in the optimizer table (optim_table.hpp); the XLA handlers' arrays follow this order.
 #include "../config.hpp"
-#include "hyper_params.hpp"
+#include "hyper_param_set.hpp"
 
 namespace octopt {
 

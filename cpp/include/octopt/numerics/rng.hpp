@@ -64,11 +64,16 @@ OCTOPT_HD bool one_draw_segment(std::uint64_t index0, std::uint64_t len) {
   return (index0 >> 32) == ((index0 + len - 1) >> 32);
 }
 
-// The key of random stream `which` of a tensor in one optimizer step: 0..2 the stochastic rounding
-// of its state slots, 3 its stochastically rounded bf16 parameter writes. `rng_stream` tells the
-// tensors apart, `step` (the global step number) the steps.
+// The random streams of a tensor in one optimizer step: 0..2 the stochastic rounding of its state slots,
+// kParamStream its stochastically rounded bf16 parameter writes. The numbers are part of the results (a seed's
+// codes and bf16 bits): they do not move.
+inline constexpr int kParamStream = 3;
+inline constexpr int kStreamsPerStep = 4;
+
+// The key of random stream `which` of a tensor in one optimizer step. `rng_stream` tells the tensors apart,
+// `step` (the global step number) the steps.
 OCTOPT_HD std::uint64_t step_stream_key(std::uint64_t seed, std::uint64_t rng_stream, std::uint64_t step, int which) {
-  return rng_key(seed ^ mix64(rng_stream + 1), step * 4u + std::uint64_t(which));
+  return rng_key(seed ^ mix64(rng_stream + 1), step * std::uint64_t(kStreamsPerStep) + std::uint64_t(which));
 }
 
 // 16 random bits for element `index` (stochastic rounding of a bf16 write).

@@ -8,13 +8,12 @@
 #include <cstdint>
 
 #include "../config.hpp"
+#include "state_slots.hpp"
 
 namespace octopt {
 
 // Optimizers whose update needs a per-tensor trust ratio (a norms pass before the update).
-OCTOPT_HD constexpr bool optim_uses_trust_ratio(OptimKind kind) {
-  return kind == OptimKind::lamb || kind == OptimKind::lars;
-}
+OCTOPT_HD constexpr bool optim_uses_trust_ratio(OptimKind kind) { return optim_trust_ratio(kind) != TrustRatio::none; }
 
 // The fixed summation tree of a block's sum of squares, in double: lane l (of kSumLanes) adds the
 // squares of elements l, l + kSumLanes, l + 2 kSumLanes, ... in order; each group of kSumWarp lanes
@@ -60,7 +59,7 @@ OCTOPT_HD void add_pair_sums(const double* pairs, std::int64_t first, std::int64
 OCTOPT_HD float trust_ratio(OptimKind kind, double sq_param, double sq_dir, float eta, float weight_decay) {
   const double pn = ::sqrt(sq_param), xn = ::sqrt(sq_dir);
   double trust = 1.0;
-  if (kind == OptimKind::lamb) {
+  if (optim_trust_ratio(kind) == TrustRatio::lamb) {
     if (pn > 0.0 && xn > 0.0) trust = pn / xn;
   } else if (pn > 0.0 && xn > 0.0) {
     trust = double(eta) * pn / (xn + double(weight_decay) * pn);

@@ -1,0 +1,68 @@
+#pragma once
+// What one optimizer's definition (rules/<name>.hpp, a specialization of OptimRule) holds, and the defaults of its
+// optional parts (RuleDefaults). A definition states:
+//   name, class_name, summary       its names (state files, the FFI handlers, Python) and one line on its semantics
+//   slots                           its state buffers s0, s1, ...: torch.optim's state key, signed or not, whether a
+//                                   separate first-moment bit width applies, when a tensor allocates it, where it
+//                                   starts
+//   options, num_betas, defaults    the group keys it takes (torch-style constructor order; "betas" is the tuple), how
+//                                   many betas, and its defaults where they differ from HyperParams'
+//   scalars(s, hp, t)               its changes to the common per-step scalars (hyper_params.hpp: scalars_for_step)
+//   update(h, p, g, s0, s1, s2, u)  its per-element rule: the new parameter, the states updated in place
+// Optional (RuleDefaults): bounds (tighter ranges of shared hyper-parameters), trust (a per-tensor trust ratio).
+// A rule that leaves out a required part fails to compile where the dispatch reads it (optim_rules.hpp).
+#include <array>
+
+#include "../config.hpp"
+#include "hparam_ids.hpp"
+#include "hyper_param_set.hpp"
+#include "rule_math.hpp"
+#include "step_scalars.hpp"
+
+namespace octopt {
+
+// When a tensor allocates a slot (an unallocated slot reads as zeros and is never written).
+enum class SlotUse : std::uint8_t {
+  always,
+  momentum_nonzero,   // momentum != 0 (SGD, LARS)
+  momentum_positive,  // momentum > 0 (RMSprop's buffer)
+  centered,           // the centered variant only (RMSprop's gradient average)
+};
+
+// Where a slot starts: zeros, or the group's initial_accumulator_value (Adagrad's sum).
+enum class SlotInit : std::uint8_t { zero, initial_accumulator };
+
+struct SlotSpec {
+  const char* name;   // torch.optim's state key: exp_avg, exp_avg_sq, ...
+  bool is_signed;     // signed map (first moments, momentum) or unsigned (second moments, sums of squares)
+  bool first_moment;  // follows the layout's first_moment_bits
+  SlotUse use = SlotUse::always;
+  SlotInit init = SlotInit::zero;
+};
+
+// A hyper-parameter's value: an optimizer's default, or (with hi) a tighter range.
+struct HParamValue {
+  HParam id;
+  double value;
+};
+struct HParamBound {
+  HParam id;
+  double lo, hi;
+  bool hi_open;
+};
+
+// Optimizers whose update is scaled per tensor by a trust ratio (a norms pass first: trust_ratio.hpp).
+enum class TrustRatio : std::uint8_t { none, lamb, lars };
+
+// Defined once per optimizer in rules/<name>.hpp; a kind without a definition is an incomplete type.
+template <OptimKind K>
+struct OptimRule;
+
+// The optional parts of a definition; a rule derives from it and overrides what it needs.
+struct RuleDefaults {
+  static constexpr std::array<HParamBound, 0> bounds{};
+  static constexpr TrustRatio trust = TrustRatio::none;
+  static OCTOPT_HD void scalars(SlotScalars&, const HyperParams&, double) {}
+};
+
+}  // namespace octopt

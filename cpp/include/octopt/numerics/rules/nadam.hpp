@@ -1,0 +1,42 @@
+#pragma once
+// NAdam (Dozat 2016) as torch.optim.NAdam: the gradient and the momentum each take their own coefficient of the
+// momentum schedule (nadam_grad, nadam_mom: schedules.hpp, bound per tensor from its running mu_product).
+#include "../optim_rule.hpp"
+#include "../schedules.hpp"
+
+namespace octopt {
+
+template <>
+struct OptimRule<OptimKind::nadam> : RuleDefaults {
+  static constexpr const char* name = "nadam";
+  static constexpr const char* class_name = "NAdam";
+  static constexpr const char* summary =
+      "torch.optim.NAdam semantics: Adam with Nesterov momentum and the momentum schedule of Dozat 2016 "
+      "(momentum_decay); L2 or decoupled weight decay.";
+  static constexpr SlotSpec slots[] = {{"exp_avg", true, true}, {"exp_avg_sq", false, false}};
+  static constexpr std::array options{
+      "lr", "betas", "eps", "weight_decay", "momentum_decay", "decoupled_weight_decay", "maximize"};
+  static constexpr int num_betas = 2;
+  static constexpr std::array defaults{HParamValue{HParam::lr, 2e-3}};
+
+  static OCTOPT_HD void scalars(SlotScalars& s, const HyperParams& hp, double t) {
+    if (hp.decoupled_weight_decay)
+      s.weight_decay = 0.0f;
+    else
+      s.decay = 1.0f;
+    s.nadam_lr = hp.lr;
+    s.nadam_mu = nadam_mu(hp.beta1, hp.momentum_decay, t);
+    s.nadam_mu_next = nadam_mu(hp.beta1, hp.momentum_decay, t + 1.0);
+  }
+  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, float& s0, float& s1, float&, float*) {
+    g = g + h.weight_decay * p;
+    p = p * h.decay;
+    s0 = rule_lerp(s0, g, h.one_minus_beta1);
+    s1 = s1 * h.beta2 + h.one_minus_beta2 * g * g;
+    const float denom = rule_sqrt(s1 / h.bc2) + h.eps;
+    p = p + (h.nadam_grad * g) / denom;  // torch's addcdiv: p + (value * t1) / t2
+    return p + (h.nadam_mom * s0) / denom;
+  }
+};
+
+}  // namespace octopt
