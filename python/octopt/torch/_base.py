@@ -16,7 +16,7 @@ import torch
 from .. import _arrays, _hparams
 from ..optimizer import Optimizer as _CoreOptimizer
 from . import _override, _state
-from .binding import CoreBinding, check_param, load_state_dict_with_hooks, state_dict_with_hooks
+from .binding import CoreBinding, load_state_dict_with_hooks, state_dict_with_hooks
 
 # Group keys that fix the state layout: set when a group is added, never changed afterwards.
 LAYOUT_KEYS = _hparams.LAYOUT_KEYS
@@ -152,8 +152,6 @@ class TorchOptimizer(torch.optim.Optimizer):
         ov = _override.get_override(p)
         rule = type(self)._param_rule
         return ov if rule is None else rule(self, p, ov)
-
-    _check_param = staticmethod(check_param)
 
     def _sync(self, fn: str) -> None:
         """Copies the hyper-parameters of the torch groups (changed by schedulers and users) into the core."""
