@@ -12,34 +12,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import _hparams, maps
+from .. import _bnb_keys, _hparams, maps
 from ..functional import dequantize_blockwise, quantize_blockwise
 from ..optimizer import _TensorState
 from . import _dcp, _dist
 
 FORMAT = 1
-BNB_NESTED = "__bnb_optimizer_quant_state__"  # bitsandbytes >= 0.45 nests its quantization tensors here
-# Where bitsandbytes keeps each of octopt's state slots: (its state number, the row of a two-row state).
-# bitsandbytes' 8-bit maps are octopt's dynamic maps, except that its one-state optimizers quantize
-# RMSprop's and Adagrad's (non-negative) state with the signed map: octopt.torch requantizes those on
-# import (octopt.bnb keeps bitsandbytes' map and takes the codes as they are).
-# A slot absent here (RMSprop's momentum or centering) starts afresh.
-_ADAM = {"exp_avg": ("1", None), "exp_avg_sq": ("2", None)}
-_MOMENTUM = {"momentum_buffer": ("1", None)}
-BNB_SLOTS = {
-    "adam": _ADAM,
-    "adamw": _ADAM,
-    "lamb": _ADAM,
-    "sgd": _MOMENTUM,
-    "lars": _MOMENTUM,
-    "lion": {"exp_avg": ("1", None)},
-    "rmsprop": {"square_avg": ("1", None)},
-    "adagrad": {"sum": ("1", None)},
-    "ademamix": {"m1": ("1", 0), "m2": ("1", 1), "nu": ("2", None)},
-}
-# Per-tensor keys of a bitsandbytes state that carry nothing octopt's state holds: the norm of the last
-# update (max_unorm) and the history of gradient norms (percentile_clipping; octopt.bnb imports it itself).
-BNB_IGNORED_STATE = ("unorm_vec", "gnorm_vec")
+BNB_NESTED = _bnb_keys.NESTED
+BNB_SLOTS = _bnb_keys.SLOTS
+BNB_IGNORED_STATE = _bnb_keys.IGNORED_STATE
 # Group keys of bitsandbytes or torch.optim that octopt does not take over on import.
 FOREIGN_GROUP_KEYS = (
     "optim_bits",
@@ -96,14 +77,20 @@ def param_state(t: _TensorState, dist: Any = None, quantized: bool = True) -> di
     return out
 
 
-def state_dict(opt: Any) -> dict:
-    params = opt._param_list()
+def _params(param_groups: list) -> list:
+    return [p for g in param_groups for p in g["params"]]
+
+
+def state_dict(binding: Any, param_groups: list, float32_state: bool) -> dict:
+    """octopt.torch's state dict of a CoreBinding's parameters (``float32_state``: quantized DTensor state
+    dequantized, see _dcp.dequantized_state_dict)."""
+    params = _params(param_groups)
     state, layout = {}, {}
-    global_step = max((int(c.global_step) for c in opt._cores.values()), default=0)
+    global_step = max((int(c.global_step) for c in binding.cores.values()), default=0)
     for i, p in enumerate(params):
-        t = opt._tensors[id(p)]
-        dist = opt._dist.get(id(p))
-        lay = _dcp.shard_layout(dist, t.info.size) if dist is not None and not opt._float32_state else None
+        t = binding.tensor(p)
+        dist = binding.dist(p)
+        lay = _dcp.shard_layout(dist, t.info.size) if dist is not None and not float32_state else None
         if lay is not None:  # quantized state as it is (_dcp.py); 32-bit states live
             state[i] = param_state(t, dist, quantized=False)
             _dcp.entry(t, dist, lay, state[i], global_step)
@@ -114,25 +101,24 @@ def state_dict(opt: Any) -> dict:
         layout[i] = {
             s.name: [32, 0, "dynamic"] if dist is not None else [s.bits, s.block_size, s.state_map] for s in t.specs
         }
-    groups = packed_groups(opt.param_groups)
+    groups = packed_groups(param_groups)
     meta = {
         "format": FORMAT,
-        "optimizer": type(opt)._core_base.kind,
+        "optimizer": binding.kind,
         "global_step": global_step,
         "layout": layout,
     }
     return {"state": state, "param_groups": groups, "octopt": meta}
 
 
-def load_param_state(opt: Any, p: torch.Tensor, entry: Any) -> None:
+def load_param_state(binding: Any, p: torch.Tensor, entry: Any, fn: str) -> None:
     """Replaces the state of one parameter from a state-dict entry (optimizer.state[p] = entry)."""
-    fn = f"{type(opt).__name__}.state[param]"
-    t = opt._tensors[id(p)]
+    t = binding.tensor(p)
     where = f"{fn}: the state of a parameter of shape {tuple(p.shape)}"
     if not isinstance(entry, dict):
         raise TypeError(f"{where} must be a dict, got {type(entry).__name__}")
-    kind = type(opt)._core_base.kind
-    dist = opt._dist.get(id(p))
+    kind = binding.kind
+    dist = binding.dist(p)
     if BNB_NESTED in entry or "state1" in entry:
         pending = _from_bnb(t._owner, t, entry, kind, where)
     elif _dcp.META in entry:
@@ -194,9 +180,10 @@ def _looks_like_codes(v: torch.Tensor) -> bool:
     return 1 < hi <= 255 and lo >= 0 and hi != lo and torch.equal(v, v.round())
 
 
-def load_state_dict(opt: Any, sd: Any) -> None:
-    fn = f"{type(opt).__name__}.load_state_dict"
-    kind = type(opt)._core_base.kind
+def load_state_dict(binding: Any, param_groups: list, sd: Any, fn: str) -> None:
+    """Loads a state dict (octopt.torch's, torch.optim's or bitsandbytes') into a CoreBinding's parameters
+    and the user's ``param_groups``; everything is validated before anything changes."""
+    kind = binding.kind
     if (
         not isinstance(sd, dict)
         or not isinstance(sd.get("state"), dict)
@@ -219,11 +206,11 @@ def load_state_dict(opt: Any, sd: Any) -> None:
                 f"{fn}: the state is for optimizer '{meta.get('optimizer')}' but this optimizer is '{kind}'"
             )
     saved_groups = sd["param_groups"]
-    if len(saved_groups) != len(opt.param_groups):
+    if len(saved_groups) != len(param_groups):
         raise ValueError(
-            f"{fn}: the state has {len(saved_groups)} param groups but this optimizer has {len(opt.param_groups)}"
+            f"{fn}: the state has {len(saved_groups)} param groups but this optimizer has {len(param_groups)}"
         )
-    for gi, (h, g) in enumerate(zip(saved_groups, opt.param_groups)):
+    for gi, (h, g) in enumerate(zip(saved_groups, param_groups)):
         if not isinstance(h, dict) or not isinstance(h.get("params"), (list, tuple)):
             raise TypeError(f"{fn}: param group {gi} of the state is not a dict with a 'params' list")
         if len(h["params"]) != len(g["params"]):
@@ -233,11 +220,13 @@ def load_state_dict(opt: Any, sd: Any) -> None:
     pending: list[tuple[torch.Tensor, torch.Tensor]] = []
     steps: list[tuple[_TensorState, int]] = []
     # NAdam, per core: a missing entry starts afresh
-    mus = {id(c): [1.0] * len(c.tensors) for c in opt._cores.values()}
+    mus = {id(c): [1.0] * len(c.tensors) for c in binding.cores.values()}
     any_bnb = False
     dcp_steps: list[int] = []  # the global step in the metadata of quantized DTensor entries
-    for i, (saved_id, p) in enumerate(zip(chain.from_iterable(h["params"] for h in saved_groups), opt._param_list())):
-        t = opt._tensors[id(p)]
+    for i, (saved_id, p) in enumerate(
+        zip(chain.from_iterable(h["params"] for h in saved_groups), _params(param_groups))
+    ):
+        t = binding.tensor(p)
         core = t._owner
         where = f"{fn}: the state of parameter {i}"
         entry = sd["state"].get(saved_id)
@@ -251,17 +240,17 @@ def load_state_dict(opt: Any, sd: Any) -> None:
             any_bnb = True
             pending += _from_bnb(core, t, entry, kind, where)
         elif _dcp.META in entry:
-            copies, gstep = _from_dcp(core, t, entry, opt._dist.get(id(p)), where)
+            copies, gstep = _from_dcp(core, t, entry, binding.dist(p), where)
             pending += copies
             dcp_steps.append(gstep)
         else:
             lay = meta["layout"].get(saved_id) if meta is not None and isinstance(meta.get("layout"), dict) else None
-            local_entry = _local_entry(entry, opt._dist.get(id(p)), t, where)
+            local_entry = _local_entry(entry, binding.dist(p), t, where)
             pending += _from_native(core, t, local_entry, lay, where)
         steps.append((t, _step(entry.get("step"), where)))
         if kind == "nadam":
             mus[id(core)][t._index] = _mu_product(entry.get("mu_product"), where)
-    new_groups = _merged_groups(opt, saved_groups, any_bnb, fn)
+    new_groups = _merged_groups(binding, param_groups, saved_groups, any_bnb, fn)
     if any_bnb and kind == "adam" and any(float(g.get("weight_decay", 0)) != 0 for g in new_groups):
         import warnings
 
@@ -277,14 +266,14 @@ def load_state_dict(opt: Any, sd: Any) -> None:
     for t, s in steps:
         t.step = s
     if kind == "nadam":
-        for c in opt._cores.values():
+        for c in binding.cores.values():
             c._plan.set_tensor_mu_products(mus[id(c)], fn)
-    for g, new in zip(opt.param_groups, new_groups):
+    for g, new in zip(param_groups, new_groups):
         params = g["params"]
         g.clear()
         g.update(new)
         g["params"] = params
-    for c in opt._cores.values():
+    for c in binding.cores.values():
         if meta is not None:
             c.global_step = int(meta.get("global_step", 0))
         elif dcp_steps:  # torch.distributed.checkpoint keeps no top-level key but 'state' and 'param_groups'
@@ -293,21 +282,21 @@ def load_state_dict(opt: Any, sd: Any) -> None:
             c.global_step = max((s for _, s in steps), default=0)
 
 
-def _merged_groups(opt: Any, saved_groups: list, from_bnb: bool, fn: str) -> list[dict]:
-    kind = type(opt)._core_base.kind
+def _merged_groups(binding: Any, param_groups: list, saved_groups: list, from_bnb: bool, fn: str) -> list[dict]:
+    kind = binding.kind
     skip = set(FOREIGN_GROUP_KEYS) | set(LAYOUT_KEYS) | {"params"}
     if from_bnb and kind != "ademamix":
         skip |= {"alpha", "t_alpha", "t_beta3"}  # bitsandbytes keeps AdEMAMix's keys in every group
     out = []
-    for gi, (h, g) in enumerate(zip(saved_groups, opt.param_groups)):
+    for gi, (h, g) in enumerate(zip(saved_groups, param_groups)):
         new = {k: v for k, v in g.items() if k != "params"}
         new.update(
             {k: (tuple(v) if k == "betas" and isinstance(v, list) else v) for k, v in h.items() if k not in skip}
         )
-        for _dev, _cgi, ov in opt._links[gi]:
-            m = dict(opt._core_defaults)
+        for link in binding.links[gi]:
+            m = dict(binding.defaults)
             m.update({k: v for k, v in new.items() if k in _hparams.GROUP_KEYS})
-            m.update(ov)
+            m.update(link.fixed)
             _hparams.validate_group(kind, m, f"{fn}: param group {gi}")
         out.append(new)
     return out

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from .. import family as _family
-from ..torch._base import TorchOptimizer
-from ..torch._signature import bind_arguments
+from ..torch import TorchOptimizer
+from ..torch.binding import bind_arguments
 
 _P = inspect.Parameter
 MIN_QUANTIZED_NUMEL = 4096  # torchao (following bitsandbytes) quantizes tensors of at least this size
@@ -40,10 +40,18 @@ TABLE = (
 )
 
 
-class TorchaoAdam(TorchOptimizer):
-    """torchao's _AdamBase semantics over octopt's core (the subclasses set the state width)."""
+def _partial_block_rule(opt: Any, p: torch.Tensor, options: dict) -> dict:
+    """torchao keeps a tensor of a partial last block unquantized (octopt.torch's override() wins)."""
+    if opt.block_size is not None and p.numel() % opt.block_size != 0 and "bits" not in options:
+        return dict(options, bits=32)
+    return options
 
-    _default_bits = 8
+
+class TorchaoAdam(TorchOptimizer, default_bits=8, param_rule=_partial_block_rule):
+    """torchao's _AdamBase semantics over octopt.torch's binding: torchao's argument names, its
+    per-tensor rule for quantized state, the learning rate as a tensor (the subclasses set the state
+    width, map and core)."""
+
     _state_map = "dynamic"
 
     def __init__(self, params, lr, betas, eps, weight_decay, amsgrad, *, bf16_stochastic_round, block_size=None):
@@ -79,12 +87,6 @@ class TorchaoAdam(TorchOptimizer):
         if not isinstance(group["lr"], torch.Tensor):
             group["lr"] = torch.tensor(group["lr"], dtype=torch.float32)
 
-    def _param_override(self, p: torch.Tensor) -> dict:
-        ov = super()._param_override(p)
-        if self.block_size is not None and p.numel() % self.block_size != 0 and "bits" not in ov:
-            ov = dict(ov, bits=32)  # torchao keeps a tensor of a partial last block unquantized
-        return ov
-
 
 def _make(name: str, decoupled: bool, bits: int, block_size: int | None, weight_decay: float, state_map: str) -> type:
     sig = inspect.Signature(
@@ -116,10 +118,10 @@ def _make(name: str, decoupled: bool, bits: int, block_size: int | None, weight_
             "__init__": __init__,
             "__doc__": doc,
             "__module__": __name__,
-            "_core_base": _family.AdamW if decoupled else _family.Adam,
-            "_default_bits": bits,
             "_state_map": state_map,
         },
+        core=_family.AdamW if decoupled else _family.Adam,
+        default_bits=bits,
     )
 
 

@@ -15,8 +15,7 @@ from typing import Any, Literal, Optional
 
 import torch
 
-from ... import family as _family
-from ...torch._signature import bind_arguments
+from ...torch.binding import bind_arguments
 from ._optimizer import CORE_KIND, BnbOptimizer
 
 _P = inspect.Parameter
@@ -191,9 +190,6 @@ def _base_arguments(rule: str, a: dict, bits: Any, paged: Any) -> dict:
     return out
 
 
-_CORE_CLASSES = {c.kind: c for c in _family.ALL}
-
-
 def _make(name: str, rule: str, args: list, bits: Any, paged: Any, checks: tuple) -> type:
     sig = _signature(name, args)
 
@@ -218,7 +214,6 @@ def _make(name: str, rule: str, args: list, bits: Any, paged: Any, checks: tuple
             "__module__": "octopt.bnb.optim",
             "_bnb_name": rule,
             "_two_state": rule in ("adam", "lamb", "ademamix"),
-            "_core_base": _CORE_CLASSES[CORE_KIND[rule]],
         },
     )
 

@@ -40,13 +40,12 @@ def _uses_unorm(opt: Any, t: Any, c: dict) -> bool:
 
 
 def before_step(opt: Any) -> tuple[dict, list]:
-    """Clipped gradients (core index -> float32 tensor) and, for update-norm clipping, what the correction
+    """Clipped gradients (id(param) -> float32 tensor) and, for update-norm clipping, what the correction
     after the step needs: (tensor, config, parameter norm, parameter before the step, gradient used)."""
     replace: dict[int, torch.Tensor] = {}
     unorm: list = []
     if all(b.config["percentile_clipping"] >= 100 and b.config["max_unorm"] <= 0.0 for b in opt._buckets):
         return replace, unorm  # the common case: nothing to do
-    index = {id(t): i for i, t in enumerate(opt._core.tensors)}
     for b in opt._buckets:
         c = b.config
         group = opt.param_groups[b.group]
@@ -57,7 +56,7 @@ def before_step(opt: Any) -> tuple[dict, list]:
             p = group["params"][pi]
             if p.grad is None:
                 continue
-            t = opt._tensors[id(p)]
+            t = opt._bound.tensor(p)
             extra = opt._extra[id(p)]
             g = p.grad
             if clip:
@@ -66,7 +65,7 @@ def before_step(opt: Any) -> tuple[dict, list]:
                 scale = _percentile_scale(g, extra["gnorm_vec"], t.step + 1, int(c["percentile_clipping"]))
                 if scale != 1.0:
                     g = g.float() * scale
-                    replace[index[id(t)]] = g
+                    replace[id(p)] = g
             if _uses_unorm(opt, t, c):
                 if "unorm_vec" not in extra:
                     extra["unorm_vec"] = torch.zeros((1,), device=p.device)

@@ -15,8 +15,8 @@ from typing import Any, Callable
 import torch
 
 from ... import _hparams, _octopt
-from ...torch import _state as _torch_state
-from ...torch._base import TorchOptimizer, _core_class
+from ... import family as _family
+from ...torch.binding import CoreBinding, check_param, load_state_dict_with_hooks, state_dict_with_hooks
 from . import _clip, _manager, _state
 
 # bitsandbytes' update rule -> octopt's core optimizer
@@ -56,18 +56,18 @@ def _freeze(v: Any) -> Any:
     return v
 
 
-class BnbOptimizer(TorchOptimizer):
-    """bitsandbytes' Optimizer8bit semantics over octopt's core. Subclasses set ``_bnb_name`` (bitsandbytes'
-    update rule) and ``_two_state`` (bitsandbytes' Optimizer2State: groups carry alpha/t_alpha/t_beta3)."""
+_CORE_CLASSES = {c.kind: c for c in _family.ALL}
+
+
+class BnbOptimizer(torch.optim.Optimizer):
+    """bitsandbytes' Optimizer8bit semantics: octopt.torch's CoreBinding (which owns the cores, the parameters,
+    the gradients and the streams) under bitsandbytes' policy: the state is laid out at the first step, the
+    hyper-parameters come from bitsandbytes' names and GlobalOptimManager, the state dict is bitsandbytes'.
+    Subclasses set ``_bnb_name`` (bitsandbytes' update rule) and ``_two_state`` (bitsandbytes'
+    Optimizer2State: groups carry alpha/t_alpha/t_beta3)."""
 
     _bnb_name = "adam"
     _two_state = True
-    _core = None  # one core for every device (shadows octopt.torch's per-device property)
-
-    @property
-    def _cores(self) -> dict:
-        """octopt.torch's per-device cores, as its state-dict code reads them: here the one core."""
-        return {} if self._core is None else {"all": self._core}
 
     def __init__(
         self,
@@ -109,21 +109,13 @@ class BnbOptimizer(TorchOptimizer):
         defaults: dict[str, Any] = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         if self._two_state:
             defaults.update(alpha=alpha, t_alpha=t_alpha, t_beta3=t_beta3)
-        kind = CORE_KIND[self._bnb_name]
-        self._core_defaults = dict(_hparams.COMMON_DEFAULTS)
-        self._core_defaults.update(_hparams.defaults(kind))
-        self._core_opts: dict[str, Any] = {}
-        self._core = None
-        self._links: list[list[tuple[str, int, dict]]] = []  # per group: ("all", core group, hyper-parameters)
-        self._dist: dict = {}  # DTensor parameters: none (bitsandbytes' optimizers step plain tensors)
-        self._layout: list[dict] = []
-        self._tensors: dict[int, Any] = {}
-        self._ptrs: list[int] = []
+        self._core_opts: dict[str, Any] = {}  # the core's options, set when the state is laid out
+        self._bound: CoreBinding | None = None  # the cores and parameters, from the first step on
         self._buckets: list[_state.Bucket] = []
         self._extra: dict[int, dict] = {}  # id(param) -> gnorm_vec / unorm_vec, as bitsandbytes keeps them
         self._pairs: dict[int, tuple] = {}  # AdEMAMix: id(param) -> (m1 and m2 as one tensor, their absmax)
         self._seen_version = -1
-        torch.optim.Optimizer.__init__(self, params, defaults)
+        super().__init__(params, defaults)
         self.initialized = False
         self.is_paged = is_paged
         self.mng = _manager.GlobalOptimManager.get_instance()
@@ -149,8 +141,8 @@ class BnbOptimizer(TorchOptimizer):
 
     # -- param groups: recorded now, laid out at the first step ------------------------------------
     def add_param_group(self, param_group: dict) -> None:
-        torch.optim.Optimizer.add_param_group(self, param_group)
-        if self._core is not None:
+        super().add_param_group(param_group)
+        if self._bound is not None:
             try:
                 self._build_group(len(self.param_groups) - 1)
             except BaseException:
@@ -216,7 +208,16 @@ class BnbOptimizer(TorchOptimizer):
             return dict(lr=c["lr"], alpha=b[0], eps=c["eps"], weight_decay=c["weight_decay"])
         return dict(lr=c["lr"], eps=c["eps"], weight_decay=c["weight_decay"])  # adagrad
 
-    def _check_param(self, p: torch.Tensor, fn: str, arg: str) -> None:
+    def _param_list(self) -> list[torch.Tensor]:
+        return [p for g in self.param_groups for p in g["params"]]
+
+    @property
+    def _tensors(self) -> Any:
+        """id(param) -> the core's state of that parameter (empty before the state is laid out)."""
+        return {} if self._bound is None else self._bound.tensor_states
+
+    @staticmethod
+    def _check_param(p: torch.Tensor, fn: str, arg: str) -> None:
         """As octopt.torch's, but CUDA parameters are taken where octopt was built with CUDA (stepped on the
         current stream; the paged optimizers' state lives in managed memory)."""
         if p.is_cuda and p.layout == torch.strided and _octopt.cuda_built():
@@ -227,17 +228,21 @@ class BnbOptimizer(TorchOptimizer):
                     f"{fn}: argument '{arg}' must be contiguous: octopt updates the parameter's memory in place"
                 )
             return  # the core checks the device
-        TorchOptimizer._check_param(p, fn, arg)
+        check_param(p, fn, arg)
 
     # -- laying out the state ----------------------------------------------------------------------
     def _ensure_core(self) -> None:
-        if self._core is not None:
+        if self._bound is not None:
             return
         self.check_overrides()
         self.initialized = True
         self._core_opts = {"_state_factory": _state.StateFactory(self)}
         if self._bnb_name in SIGNED_MAP_RULES:
             self._core_opts["_signed_maps"] = True
+        kind = CORE_KIND[self._bnb_name]
+        defaults = dict(_hparams.COMMON_DEFAULTS)
+        defaults.update(_hparams.defaults(kind))
+        self._bound = CoreBinding(self, _CORE_CLASSES[kind], defaults, self._core_opts, self._check_param)
         self._seen_version = self.mng.version
         for gi in range(len(self.param_groups)):
             self._build_group(gi)
@@ -246,43 +251,33 @@ class BnbOptimizer(TorchOptimizer):
         fn = type(self).__name__
         group = self.param_groups[gi]
         start = sum(len(g["params"]) for g in self.param_groups[:gi])
-        buckets: dict[Any, list] = {}
+        entries, positions = [], {}
         for pi, p in enumerate(group["params"]):
-            self._check_param(p, fn, f"params[{start + pi}]")
             c = self.get_config(gi, pi, group)
             if c["optim_bits"] not in (8, 32):
                 raise NotImplementedError(f"Amount of optimizer bits not supported: {c['optim_bits']}")
-            buckets.setdefault(_freeze(c), []).append((pi, p, c))
-        links = []
-        for members in buckets.values():
-            c = members[0][2]
             hp = self._core_hparams(c)
-            cg = dict(hp)
-            cg.update(
+            options = dict(
+                hp,
                 bits=c["optim_bits"],
                 block_size=BLOCK_SIZE if c["optim_bits"] == 8 else None,
                 min_8bit_size=int(c["min_8bit_size"]),
-                params=[p for _, p, _ in members],
             )
-            first = 0 if self._core is None else len(self._core.tensors)
-            if self._core is None:
-                self._core = _core_class(type(self))([cg], **self._core_opts)
-            else:
-                self._core.add_param_group(cg)
-            cgi = len(self._core.param_groups) - 1
-            links.append(("all", cgi, hp))
-            self._buckets.append(_state.Bucket(gi, [pi for pi, _, _ in members], cgi, c))
-            for t in self._core.tensors[first:]:
-                self._tensors[id(t.param)] = t
-                self._ptrs.append(t.param.data_ptr())
+            # one bucket (core group) per configuration; the core's hyper-parameters are all bnb's
+            entries.append((p, options, hp, _freeze(c)))
+            positions[id(p)] = (pi, c)
+        for added in self._bound.add_group(entries, fn, start):
+            pcs = [positions[id(p)] for p in added.params]
+            c = pcs[0][1]
+            self._buckets.append(_state.Bucket(gi, [pi for pi, _ in pcs], added.links, c))
+            tensors = [self._bound.tensor(p) for p in added.params]
+            for t in tensors:
                 self._extra[id(t.param)] = _clip.extra_state(t.param, c)
-            _state.check_pairs(self, self._core.tensors[first:])
-        self._links.append(links)
-        self._layout.append({})
+            _state.check_pairs(self, tensors)
 
     def _sync(self, fn: str) -> None:
         """Hands every bucket's current configuration (group values, schedulers, overrides) to the core."""
-        if len(self.param_groups) != len(self._links):
+        if len(self.param_groups) != len(self._bound.links):
             raise RuntimeError(f"{fn}: param_groups was changed directly; add groups with add_param_group()")
         recheck = self.mng.version != self._seen_version
         for b in self._buckets:
@@ -291,8 +286,8 @@ class BnbOptimizer(TorchOptimizer):
             if recheck:
                 _state.check_bucket(self, b, c, fn)
             b.config = c
-            cg = self._core.param_groups[b.core_group]
-            cg.update(self._core_hparams(c))
+            for link in b.links:
+                self._bound.core_group(link).update(self._core_hparams(c))
         self._seen_version = self.mng.version
 
     # -- stepping ------------------------------------------------------------------------------------
@@ -317,34 +312,38 @@ class BnbOptimizer(TorchOptimizer):
         return loss
 
     def _native_step(self, fn: str, replace: dict | None = None) -> None:
-        """Steps the core once from the parameters' gradients; ``replace`` maps a core tensor index to a
-        float32 gradient used instead of ``param.grad`` (the clipped gradients). bitsandbytes' optimizers
-        keep one core for all devices (laid out at the first step), unlike octopt.torch's one per device."""
-        core = self._core
+        """Steps the cores once from the parameters' gradients; ``replace`` maps id(param) to a float32
+        gradient used instead of ``param.grad`` (the clipped gradients)."""
         self._sync(fn)
-        n = len(core.tensors)
-        addresses, dtypes = [0] * n, [0] * n
-        keep = []  # contiguous copies of non-contiguous gradients, alive for the call
-        for i, t in enumerate(core.tensors):
-            p = t.param
-            if p.data_ptr() != self._ptrs[i]:
-                raise RuntimeError(
-                    f"{fn}: the memory of a parameter of shape {tuple(p.shape)} was replaced "
-                    "(param.data = ..., or the model moved with .to() after the optimizer was "
-                    "created); create the optimizer after moving the model"
-                )
-            g = p.grad if replace is None else replace.get(i, p.grad)
-            if g is None:
-                continue
-            addresses[i], dtypes[i] = self._grad_address(p, g, fn, keep)
-        p0 = core.tensors[0].param
-        stream = torch.cuda.current_stream(p0.device).cuda_stream if p0.is_cuda else 0
-        core._step_addresses(addresses, dtypes, stream)
+        self._bound.step(fn, None if not replace else lambda p: replace.get(id(p), p.grad))
 
     def _prefetch(self) -> None:
         factory = self._core_opts.get("_state_factory")
         if factory is not None:
             factory.prefetch()
+
+    def upload(self) -> None:
+        """CUDA graphs: hands the current hyper-parameters and gradient addresses to the device without
+        stepping (as octopt.torch's upload)."""
+        fn = f"{type(self).__name__}.upload"
+        self._ensure_core()
+        self._sync(fn)
+        self._bound.upload(fn)
+
+    # -- introspection -------------------------------------------------------------------------------
+    @property
+    def skipped_blocks(self) -> int:
+        """Blocks left unchanged because their gradient held NaN/Inf (see octopt.torch)."""
+        return 0 if self._bound is None else self._bound.skipped_blocks
+
+    def state_bytes(self) -> int:
+        """Exact bytes of allocated optimizer state (0 before the state is laid out at the first step)."""
+        return 0 if self._bound is None else self._bound.state_bytes()
+
+    def state_layout(self) -> list[dict]:
+        """Per parameter (in param_groups order): its state slots with bits, block size and map."""
+        self._ensure_core()
+        return self._bound.state_layout(self._param_list())
 
     # -- state dicts -----------------------------------------------------------------------------------
     @torch._disable_dynamo
@@ -352,22 +351,25 @@ class BnbOptimizer(TorchOptimizer):
         """bitsandbytes' format: per parameter that has taken a step, ``step`` and (nested under
         ``__bnb_optimizer_quant_state__``, as bitsandbytes >= 0.45 writes it) ``state1``, ``qmap1``,
         ``absmax1``, ... The tensors are the live state."""
-        return super().state_dict()
-
-    def _native_state_dict(self) -> dict:
-        return _state.state_dict(self)
+        return state_dict_with_hooks(self, lambda: _state.state_dict(self))
 
     @torch._disable_dynamo
     def load_state_dict(self, state_dict: dict, move_to_device: bool = True) -> None:
         """Loads a state dict of this optimizer or of the matching bitsandbytes optimizer (either layout,
         8-bit block-wise, 8-bit per tensor or 32-bit); 8-bit codes in other maps or blocks are
         requantized. Everything is validated before anything changes."""
-        super().load_state_dict(state_dict)
+        load_state_dict_with_hooks(self, state_dict, self._load_native_state_dict)
 
     def _load_native_state_dict(self, state_dict: dict) -> None:
         self._ensure_core()
         fn = f"{type(self).__name__}.load_state_dict"
         extra = _clip.loaded_extra(self, state_dict, fn)
-        _torch_state.load_state_dict(self, state_dict)
+        self._bound.load_state_dict(self.param_groups, state_dict, fn)
         for key, src in extra:
             key.copy_(src)
+
+    def __getstate__(self) -> dict:
+        raise TypeError(
+            f"{type(self).__name__}: cannot be pickled or deep-copied (its state lives in a native "
+            "step plan); save state_dict() instead"
+        )

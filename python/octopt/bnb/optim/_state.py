@@ -12,23 +12,23 @@ from typing import Any
 
 import torch
 
-from ... import _arrays, _octopt, _placement
-from ...torch import _state as _torch_state
+from ... import _arrays, _bnb_keys, _octopt, _placement
+from ...torch.binding import CoreBinding, Link, packed_groups
 
-NESTED = _torch_state.BNB_NESTED
+NESTED = _bnb_keys.NESTED
 # octopt's slot -> bitsandbytes' state number, per core optimizer (AdEMAMix: m1 and m2 are rows of state1)
-NUMBER = {name: {slot: k for slot, (k, _) in slots.items()} for name, slots in _torch_state.BNB_SLOTS.items()}
+NUMBER = {name: {slot: k for slot, (k, _) in slots.items()} for name, slots in _bnb_keys.SLOTS.items()}
 PAGED_MIN_NUMEL = 100_000  # bitsandbytes pages the state of tensors this large (smaller ones stay on the device)
 _QUANT_KEYS = ("state1", "state2", "qmap1", "qmap2", "absmax1", "absmax2", "gnorm_vec", "unorm_vec")
 
 
 @dataclass
 class Bucket:
-    """Parameters of one param group with one configuration: one group of the core."""
+    """Parameters of one param group with one configuration: one core group per device."""
 
     group: int  # index into param_groups
     positions: list  # the parameters' positions in the group
-    core_group: int
+    links: list[Link]  # its core groups
     config: dict  # the configuration last handed to the core
 
 
@@ -126,7 +126,7 @@ _MAPS: dict[tuple, torch.Tensor] = {}
 def _qmap(t: Any, spec: Any) -> torch.Tensor:
     key = (spec.bits, spec.signed, str(t.param.device))
     if key not in _MAPS:
-        _MAPS[key] = torch.from_numpy(t._owner.slot_map(spec).copy()).to(t.param.device)
+        _MAPS[key] = torch.from_numpy(CoreBinding.slot_map(spec).copy()).to(t.param.device)
     return _MAPS[key]
 
 
@@ -135,7 +135,7 @@ class ParamState(MutableMapping):
 
     def __init__(self, opt: Any, p: torch.Tensor):
         self._opt, self._p = opt, p
-        self._t = opt._tensors[id(p)]
+        self._t = opt._bound.tensor(p)
 
     def _entries(self) -> dict:
         t, opt = self._t, self._opt
@@ -198,18 +198,18 @@ class StateView(Mapping):
         opt = self._opt
         if not isinstance(p, torch.Tensor):
             raise KeyError(p)
-        if opt._core is None:
+        if opt._bound is None:
             if any(q is p for g in opt.param_groups for q in g["params"]):
                 opt._ensure_core()
             else:
                 raise KeyError(p)
-        if id(p) not in opt._tensors:
+        if not opt._bound.holds(p):
             raise KeyError(p)
         return ParamState(opt, p)
 
     def __contains__(self, p: object) -> bool:
         opt = self._opt
-        return isinstance(p, torch.Tensor) and id(p) in opt._tensors and opt._tensors[id(p)].step > 0
+        return opt._bound is not None and opt._bound.holds(p) and opt._bound.tensor(p).step > 0
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         opt = self._opt
@@ -229,5 +229,5 @@ def state_dict(opt: Any) -> dict:
         quant = {k: entries.pop(k) for k in _QUANT_KEYS if k in entries}
         entries[NESTED] = quant
         state[i] = entries
-    groups = _torch_state.packed_groups(opt.param_groups)
+    groups = packed_groups(opt.param_groups)
     return {"state": state, "param_groups": groups}
