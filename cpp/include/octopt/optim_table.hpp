@@ -4,8 +4,9 @@
 // (bits, block sizes, min_8bit_size, the maps of quantized states). Every surface reads this table:
 // the C++ StepPlan and Optimizer, the Python package through _octopt.optimizer_table(), the torch and
 // optax adapters, the XLA FFI handlers (the order of their hyper-parameter arrays) and the state files.
-// Adding an optimizer needs an entry here, its update rule in numerics/, and (until one definition file per
-// optimizer generates them, issue 22) the enum, slot, scalar and dispatch edits listed in docs/decisions.md.
+// The entries come from the optimizers' definitions (numerics/rules/<name>.hpp, listed in numerics/optim_list.hpp):
+// in the core, adding an optimizer is its definition file plus one line in each of those two lists (the Python
+// surfaces' own names, such as an optax factory, are theirs to add).
 #include <cstddef>
 #include <cstdint>
 #include <string>
