@@ -12,6 +12,7 @@
 
 #include "check.cuh"
 #include "octopt/numerics/convert.hpp"
+#include "octopt/step_setup.hpp"
 #include "optim_kernels.cuh"
 #include "step_layout.cuh"
 
@@ -40,12 +41,18 @@ struct HpSource {
 };
 
 // One block: the call's HyperParams (group 0 of the argument blob) and step counters, from the
-// device operands. A step that cannot be taken (a non-finite hyper-parameter, a step < 1) clears
-// every gradient pointer, so that the fused kernel leaves every tensor as it is.
-__global__ void prepare_step(HpSource src, const float* hp_dynamic, const std::int32_t* step, unsigned char* args,
-                             std::int64_t* steps, detail::DevCounters* counters, int n_tensors) {
+// device operands. A step that cannot be taken (a non-finite hyper-parameter, a step < 1, a NAdam
+// mu_product outside [0, 1]: what validate_step refuses on the CPU) clears every gradient pointer,
+// so that the fused kernel leaves every tensor (and its mu_product) as it is.
+__global__ void prepare_step(HpSource src, const float* hp_dynamic, const std::int32_t* step, const float* mu_products,
+                             unsigned char* args, std::int64_t* steps, detail::DevCounters* counters, int n_tensors) {
   __shared__ int ok;
   __shared__ long long taken;  // steps taken before this one
+  int mu_ok = 1;
+  if (mu_products)
+    for (int i = int(threadIdx.x); i < n_tensors; i += int(blockDim.x))
+      mu_ok = mu_ok && mu_products[i] >= 0.0f && mu_products[i] <= 1.0f;  // false for NaN
+  mu_ok = __syncthreads_and(mu_ok);
   if (threadIdx.x == 0) {
     double hp[kNumHyperParams];
     bool finite = true;
@@ -54,7 +61,7 @@ __global__ void prepare_step(HpSource src, const float* hp_dynamic, const std::i
       finite = finite && hp[k] - hp[k] == 0.0;  // false for NaN and +-Inf
     }
     const long long s = *step;
-    ok = finite && s >= 1;
+    ok = finite && s >= 1 && mu_ok;
     taken = ok ? s - 1 : 0;
     *reinterpret_cast<HyperParams*>(args + sizeof(detail::DevHeader) +
                                     sizeof(detail::DevGrad) * std::size_t(n_tensors)) =
@@ -77,26 +84,21 @@ struct SubTensor {
   std::int32_t pad;
 };
 
-template <DType D>
-__device__ __forceinline__ void subtract_at(const SubTensor& s, std::int64_t i) {
-  store_f32<D>(s.out, i, load_f32<D>(s.out, i) - load_f32<D>(s.in, i));
-}
-
-// updates = p_new - p in float32, rounded once to the parameter's dtype (as the CPU handler);
-// blockIdx.y picks the tensor.
+// updates = p_new - p (numerics/convert.hpp's update_from_params, as the CPU handler's
+// octopt::params_to_updates); blockIdx.y picks the tensor.
 __global__ void subtract_kernel(const SubTensor* tensors, int first) {
   const SubTensor s = tensors[first + int(blockIdx.y)];
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < s.n; i += stride) {
     switch (DType(s.dtype)) {
       case DType::f32:
-        subtract_at<DType::f32>(s, i);
+        update_from_params<DType::f32>(s.out, s.in, i);
         break;
       case DType::f16:
-        subtract_at<DType::f16>(s, i);
+        update_from_params<DType::f16>(s.out, s.in, i);
         break;
       case DType::bf16:
-        subtract_at<DType::bf16>(s, i);
+        update_from_params<DType::bf16>(s.out, s.in, i);
         break;
     }
   }
@@ -114,6 +116,7 @@ struct Launch::Impl {
   HpSource hp{};
   const float* hp_dynamic = nullptr;
   const std::int32_t* step = nullptr;
+  float* mu_products = nullptr;  // NAdam: the call's tensor_scalars result, the kernels' mu_product table
   std::size_t n = 0;
   bool updates = false;
   std::int64_t max_n = 0;
@@ -121,11 +124,14 @@ struct Launch::Impl {
 
 Launch::Launch(const Call& c, const char* fn) : impl_(std::make_unique<Impl>()) {
   Impl& I = *impl_;
-  // NAdam's running mu_product is state the call's operands do not carry.
-  if (c.cfg.kind == OptimKind::nadam)
-    throw std::invalid_argument(std::string(fn) +
-                                ": NAdam is not supported by the XLA handler (its per-tensor "
-                                "mu_product is not among the operands)");
+  // The per-tensor scalar state (NAdam's mu_product, one per tensor) is the call's tensor_scalars: the
+  // kernels read and advance it there, in place of the table a DevicePlan keeps.
+  const std::size_t n_scalars = tensor_scalar_defs(c.cfg.kind).size();
+  if (n_scalars > 1)
+    throw std::invalid_argument(std::string(fn) + ": internal: more than one per-tensor scalar per tensor");
+  if (n_scalars == 1 && c.n > 0 && !c.tensor_scalars)
+    throw std::invalid_argument(std::string(fn) + ": internal: the per-tensor scalar state is missing");
+  I.mu_products = n_scalars == 1 ? c.tensor_scalars : nullptr;
   std::vector<int> groups(c.n, 0);
   I.layout = detail::layout_step(c.cfg, c.tensors, c.n, groups.data(), 1, fn);
   I.n = c.n;
@@ -186,9 +192,10 @@ void Launch::enqueue(void* scratch, cudaStream_t stream) const {
   check(cudaMemsetAsync(step_base + L.o_steps, 0, L.o_block_partials - L.o_steps, stream),
         "octopt.optax: cudaMemsetAsync(counters)");
   // 2. Hyper-parameters and step counters from the device operands.
-  const detail::Tables tb = L.bind(step_base);
-  prepare_step<<<1, 256, 0, stream>>>(I.hp, I.hp_dynamic, I.step, step_base + L.o_args, tb.steps, tb.counters,
-                                      int(I.n));
+  detail::Tables tb = L.bind(step_base);
+  if (I.mu_products) tb.mu_product = I.mu_products;
+  prepare_step<<<1, 256, 0, stream>>>(I.hp, I.hp_dynamic, I.step, I.mu_products, step_base + L.o_args, tb.steps,
+                                      tb.counters, int(I.n));
   detail::check_launch("octopt.optax: step preparation kernel (CUDA)");
   // 3. The fused step.
   detail::reserve_step_smem(L.smem);

@@ -9,10 +9,11 @@
 //     host and written into scratch by a tiny kernel that receives them as its parameters, in
 //     pieces under the classic 4 KB parameter limit; the counters are zeroed with cudaMemsetAsync;
 //  2. a one-block kernel builds the HyperParams from hp_dynamic / hp_static and sets the step
-//     counters from the device step operand; if a hyper-parameter is not finite or the step is < 1
-//     it clears every gradient pointer, so the step changes nothing (the results keep the operands'
-//     values; updates are zero);
-//  3. the fused step kernel of the CUDA backend runs over these tables (LAMB/LARS: two launches);
+//     counters from the device step operand; if a hyper-parameter is not finite, the step is < 1 or
+//     a NAdam mu_product is outside [0, 1] it clears every gradient pointer, so the step changes
+//     nothing (the results keep the operands' values; updates are zero);
+//  3. the fused step kernel of the CUDA backend runs over these tables (LAMB/LARS: two launches),
+//     reading and advancing NAdam's mu_product in the call's tensor_scalars;
 //  4. in updates mode one launch computes p_new - p over every tensor.
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +31,9 @@ struct Call {
   const void* const* params_in = nullptr;  // updates mode: tensor t's parameter before the step; null: params mode
   const float* hp_dynamic = nullptr;       // device, kNumHyperParams values
   const std::int32_t* step = nullptr;      // device scalar: the step being taken (1-based)
+  // device, n * tensor_scalar_defs(kind).size() floats (step_setup.hpp): the per-tensor scalar state
+  // (NAdam's mu_product), already holding the operand's values; advanced in place by the step
+  float* tensor_scalars = nullptr;
   double hp_static[kNumHyperParams] = {};
   std::int64_t dynamic_mask = 0;  // bit k: hyper-parameter k comes from hp_dynamic
   std::int64_t flags = 0;         // HyperParamFlags

@@ -78,18 +78,16 @@ void StepPlan::Impl::release(Buffer& b) noexcept {
   b = Buffer{};
 }
 
-StepConfig StepPlan::Impl::config() const {
-  StepConfig cfg;
-  cfg.kind = kind;
-  cfg.codebooks = codebooks.data();
-  cfg.num_codebooks = int(codebooks.size());
-  cfg.seed = options.seed;
-  cfg.step = global_step + 1;
-  cfg.stochastic_state = options.stochastic_rounding > 0;
-  cfg.stochastic_bf16 = options.stochastic_bf16;
-  cfg.percentile = options.percentile;
-  return cfg;
+StepOptions StepPlan::Impl::step_options() const {
+  StepOptions o;
+  o.seed = options.seed;
+  o.stochastic_state = options.stochastic_rounding > 0;
+  o.stochastic_bf16 = options.stochastic_bf16;
+  o.percentile = options.percentile;
+  return o;
 }
+
+StepConfig StepPlan::Impl::config() const { return setup_step(kind, step_options(), global_step + 1).cfg; }
 
 void StepPlan::Impl::fill_state(Tensor& t) {
   for (const SlotLayout& s : t.layout.slots) {
@@ -176,7 +174,6 @@ StepPlan::StepPlan(OptimKind kind, const PlanOptions& options, std::shared_ptr<S
   p.kind = kind;
   p.options = options;
   p.allocator = std::move(allocator);
-  p.codebooks = state_codebooks();
 }
 
 StepPlan::~StepPlan() = default;
@@ -276,15 +273,16 @@ std::size_t StepPlan::add_tensor(int group, void* data, DType dtype, const std::
       StateRequest r;
       r.tensor = p.tensors.size();
       r.slot = s.index;
+      const SlotExtent e = slot_extent(s.bits, n, s.block_size);
       if (s.bits == 32) {
-        r.count = std::size_t(n);
+        r.count = e.values;
         t.values[s.index] = p.allocate(r, data, taken);
         b.data = t.values[s.index].ptr;
       } else {
-        r.count = std::size_t(s.bits == 4 ? (n + 1) / 2 : n);
+        r.count = e.values;
         r.elem = StateElem::u8;
         t.values[s.index] = p.allocate(r, data, taken);
-        r.count = std::size_t(num_blocks(n, s.block_size));
+        r.count = e.absmax;
         r.elem = StateElem::f32;
         r.buffer = StateBufferKind::absmax;
         t.absmax[s.index] = p.allocate(r, data, taken);
@@ -379,6 +377,7 @@ std::int64_t StepPlan::step(const void* const* grads, const DType* grad_dtypes, 
     cuda::step(*p.device_plan, a, stream);
     return -1;
   }
+  const StepOptions options = p.step_options();
   for (std::size_t i = 0; i < n; ++i) {
     StepTensor& st = p.step_tensors[i];
     st.grad = grads[i];
@@ -388,7 +387,7 @@ std::int64_t StepPlan::step(const void* const* grads, const DType* grad_dtypes, 
     Impl::Group& g = p.groups[std::size_t(p.tensors[i].group)];
     const std::int64_t t = p.tensors[i].step + 1;
     if (g.cached_step != t) {
-      g.scalars = scalars_for_step(p.kind, g.hp, t);
+      g.scalars = setup_step(p.kind, options, p.global_step + 1, &g.hp, t, fn).scalars;
       g.cached_step = t;
     }
     st.scalars = g.scalars;

@@ -8,6 +8,7 @@
 
 #include "octopt/qmap.hpp"
 #include "octopt/step_plan.hpp"
+#include "octopt/step_setup.hpp"
 
 namespace octopt {
 
@@ -38,7 +39,6 @@ struct StepPlan::Impl {
   OptimKind kind;
   PlanOptions options;
   std::shared_ptr<StateAllocator> allocator;
-  std::vector<Codebook> codebooks;  // by state_map_index
   std::vector<Group> groups;
   std::vector<Tensor> tensors;
   std::vector<StepTensor> step_tensors;  // one per tensor: the step's view, grads filled per step
@@ -56,7 +56,8 @@ struct StepPlan::Impl {
   // buffers placed so far, to which this one's is added).
   Buffer allocate(StateRequest r, const void* param, std::vector<int>& taken);
   void release(Buffer& b) noexcept;
-  StepConfig config() const;
+  StepOptions step_options() const;
+  StepConfig config() const;  // of the next step (setup_step)
   // CUDA: (re)builds the device plan, carrying the step counters over.
   // Throws std::invalid_argument naming `fn` when `stream` is being captured (nothing may be built then).
   void build_device_plan(cudaStream_t stream, const char* fn);

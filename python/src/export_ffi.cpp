@@ -11,6 +11,7 @@
 #include "ffi_step.hpp"
 #include "octopt/numerics/hparam_array.hpp"
 #include "octopt/optim.hpp"
+#include "octopt/step_setup.hpp"
 
 void export_ffi(nb::module_& m) {
 #ifdef OCTOPT_HAVE_XLA_FFI
@@ -31,6 +32,17 @@ void export_ffi(nb::module_& m) {
 #endif
   m.def("xla_ffi_kind", [](const std::string& name) { return int(octopt::parse_optim(name)); }, nb::arg("name"));
   m.def("xla_ffi_hyperparam_names", [] { return octopt::hparam_array_names(); });
+  m.def(
+      "xla_ffi_tensor_scalars",
+      [](const std::string& name) {
+        std::vector<std::pair<std::string, float>> out;
+        for (const octopt::TensorScalarDef& d : octopt::tensor_scalar_defs(octopt::parse_optim(name)))
+          out.emplace_back(d.name, d.initial);
+        return out;
+      },
+      nb::arg("name"),
+      "The per-tensor scalar state of an optimizer ((name, initial value) in the order of the handlers' "
+      "tensor_scalars operand): NAdam's mu_product, else none.");
   m.def("xla_ffi_flag_bits", [] {
     std::vector<std::pair<std::string, long long>> out;
     long long bit = 1;

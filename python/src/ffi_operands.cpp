@@ -80,7 +80,7 @@ ffi::Error take_tensor(Buffers& bufs, const Attrs& a, std::size_t t, octopt::Ste
   slot.n = n;
   slot.block_size = int(block_size);
   slot.rng_stream = std::uint64_t(a.rng_streams[t]);
-  const std::int64_t blocks = block_size > 0 ? (n + block_size - 1) / block_size : 0;
+  if (block_size < 1) return bad("internal: block sizes must be positive");
   for (std::size_t k = 0; k < 3; ++k) {
     const int bits = int(a.slot_bits[3 * t + k]);
     if (bits == 0) continue;
@@ -88,7 +88,9 @@ ffi::Error take_tensor(Buffers& bufs, const Attrs& a, std::size_t t, octopt::Ste
     auto din = bufs.operand();
     auto dout = bufs.result();
     if (!din || !dout) return bad("internal: missing state buffer");
-    const std::size_t want = bits == 32 ? std::size_t(n) * 4 : (bits == 8 ? std::size_t(n) : std::size_t(n + 1) / 2);
+    const octopt::SlotExtent extent = octopt::slot_extent(bits, n, int(block_size));
+    const std::size_t want = extent.value_bytes;
+    const std::int64_t blocks = std::int64_t(extent.absmax);
     const ffi::DataType wt = bits == 32 ? ffi::DataType::F32 : ffi::DataType::U8;
     if (din->element_type() != wt || din->size_bytes() != want || dout->size_bytes() != want)
       return bad(tensor(t) + "state slot " + std::to_string(k) + " does not match the parameter (expected " +
@@ -136,11 +138,19 @@ ffi::Error check_attrs(const Attrs& a, std::size_t n_hp_dynamic) {
   return ffi::Error::Success();
 }
 
-ffi::Error take_tensors(const ffi::RemainingArgs& in, const ffi::RemainingRets& res, const Attrs& a, Tensors& out) {
+ffi::Error take_tensors(const ffi::AnyBuffer& scalars_in, ffi::AnyBuffer scalars_out, const ffi::RemainingArgs& in,
+                        const ffi::RemainingRets& res, const Attrs& a, Tensors& out) {
   const std::size_t n_tensors = a.block_sizes.size();
   out.steps.assign(n_tensors, octopt::StepTensor{});
   out.params_in.assign(n_tensors, nullptr);
   out.copies.clear();
+  const std::size_t n_scalars = n_tensors * octopt::tensor_scalar_defs(octopt::OptimKind(a.kind)).size();
+  if (scalars_in.element_type() != ffi::DataType::F32 || scalars_in.element_count() != n_scalars ||
+      scalars_out.element_type() != ffi::DataType::F32 || scalars_out.element_count() != n_scalars)
+    return bad("internal: 'tensor_scalars' must hold " + std::to_string(n_scalars) +
+               " float32 values (the per-tensor scalar state of every tensor)");
+  copy_into(scalars_in, scalars_out, out.copies);
+  out.scalars = static_cast<float*>(scalars_out.untyped_data());
   Buffers bufs(in, res);
   for (std::size_t t = 0; t < n_tensors; ++t) {
     ffi::Error e = take_tensor(bufs, a, t, out.steps[t], &out.params_in[t], out.copies);
@@ -150,16 +160,12 @@ ffi::Error take_tensors(const ffi::RemainingArgs& in, const ffi::RemainingRets& 
   return ffi::Error::Success();
 }
 
-octopt::StepConfig step_config(const Attrs& a, std::int64_t step) {
-  octopt::StepConfig cfg;
-  cfg.kind = octopt::OptimKind(a.kind);
-  cfg.codebooks = octopt::state_codebooks().data();
-  cfg.num_codebooks = int(octopt::state_codebooks().size());
-  cfg.seed = std::uint64_t(a.seed);
-  cfg.step = step;
-  cfg.stochastic_state = (a.flags & octopt::kHpStochasticState) != 0;
-  cfg.stochastic_bf16 = (a.flags & octopt::kHpStochasticBf16) != 0;
-  return cfg;
+octopt::StepOptions step_options(const Attrs& a) {
+  octopt::StepOptions o;
+  o.seed = std::uint64_t(a.seed);
+  o.stochastic_state = (a.flags & octopt::kHpStochasticState) != 0;
+  o.stochastic_bf16 = (a.flags & octopt::kHpStochasticBf16) != 0;
+  return o;
 }
 
 }  // namespace octopt_ffi

@@ -8,7 +8,6 @@
 // hyper-parameter) cannot raise: it leaves every tensor unchanged (docs/jax.md).
 #include <cuda_runtime.h>
 
-#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <optional>
@@ -17,6 +16,7 @@
 
 #include "ffi_operands.hpp"
 #include "ffi_step.hpp"
+#include "octopt/step_setup.hpp"
 #include "xla/ffi/api/ffi.h"
 #include "scratch_step.hpp"
 
@@ -32,32 +32,33 @@ ffi::Error cuda_error(cudaError_t err, const char* what) {
 }
 
 ffi::Error StepCudaImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::Buffer<ffi::F32> hp_dynamic,
-                        ffi::Buffer<ffi::S32> step_buf, ffi::RemainingArgs in, ffi::RemainingRets out,
-                        std::int64_t kind, std::int64_t mode, ffi::Span<const double> hp_static,
-                        std::int64_t dynamic_mask, std::int64_t flags, std::int64_t seed,
-                        ffi::Span<const std::int64_t> block_sizes, ffi::Span<const std::int64_t> slot_bits,
-                        ffi::Span<const std::int64_t> slot_stochastic, ffi::Span<const std::int64_t> slot_codebooks,
-                        ffi::Span<const std::int64_t> rng_streams) {
+                        ffi::Buffer<ffi::S32> step_buf, ffi::AnyBuffer scalars_in, ffi::RemainingArgs in,
+                        ffi::Result<ffi::AnyBuffer> scalars_out, ffi::RemainingRets out, std::int64_t kind,
+                        std::int64_t mode, ffi::Span<const double> hp_static, std::int64_t dynamic_mask,
+                        std::int64_t flags, std::int64_t seed, ffi::Span<const std::int64_t> block_sizes,
+                        ffi::Span<const std::int64_t> slot_bits, ffi::Span<const std::int64_t> slot_stochastic,
+                        ffi::Span<const std::int64_t> slot_codebooks, ffi::Span<const std::int64_t> rng_streams) {
   using octopt::kNumHyperParams;
   const octopt_ffi::Attrs a{kind,        mode,      hp_static,       dynamic_mask,   flags,      seed,
                             block_sizes, slot_bits, slot_stochastic, slot_codebooks, rng_streams};
   if (ffi::Error e = octopt_ffi::check_attrs(a, hp_dynamic.element_count()); !e.success()) return e;
   if (step_buf.element_count() != 1) return bad("internal: the step must be a scalar");
-  // The static hyper-parameters can be checked here; the traced ones only on the device.
-  for (std::size_t k = 0; k < kNumHyperParams; ++k)
-    if (!((dynamic_mask >> k) & 1) && !std::isfinite(hp_static[k]))
-      return bad(std::string("hyper-parameter '") + octopt::hparam_array_names()[k] + "' must be finite, got " +
-                 std::to_string(hp_static[k]));
   try {
+    // The static hyper-parameters are checked here as the CPU handler checks them all (the traced ones
+    // are zero here; the device checks them); the scalars are derived on the device.
+    double values[kNumHyperParams];
+    for (std::size_t k = 0; k < kNumHyperParams; ++k) values[k] = (dynamic_mask >> k) & 1 ? 0.0 : hp_static[k];
+    (void)octopt::hparams_from_values(values, flags, kFn);
     thread_local octopt_ffi::Tensors tensors;  // per thread: XLA may run custom calls concurrently
-    if (ffi::Error e = octopt_ffi::take_tensors(in, out, a, tensors); !e.success()) return e;
+    if (ffi::Error e = octopt_ffi::take_tensors(scalars_in, *scalars_out, in, out, a, tensors); !e.success()) return e;
     octopt::cuda::xla::Call call;
-    call.cfg = octopt_ffi::step_config(a, 0);
+    call.cfg = octopt::setup_step(octopt::OptimKind(kind), octopt_ffi::step_options(a), 0, nullptr, 0, kFn).cfg;
     call.tensors = tensors.steps.data();
     call.n = tensors.steps.size();
     call.params_in = mode == octopt_ffi::kUpdates ? tensors.params_in.data() : nullptr;
     call.hp_dynamic = hp_dynamic.typed_data();
     call.step = step_buf.typed_data();
+    call.tensor_scalars = tensors.scalars;
     for (std::size_t k = 0; k < kNumHyperParams; ++k) call.hp_static[k] = hp_static[k];
     call.dynamic_mask = dynamic_mask;
     call.flags = flags;

@@ -80,6 +80,19 @@ def test_fused_step_on_cuda_is_bit_identical_to_the_cpu_handler(kind, bits, prob
     _assert_same(gp, gs, cp, cs)
 
 
+@pytest.mark.parametrize("bits", (32, 8, 4))
+def test_nadam_on_cuda_is_bit_identical_to_the_cpu_handler(bits, problem, transformation):
+    # NAdam's running mu_product is per-tensor scalar state in the call's operands (after the scales in
+    # absmax): the CUDA kernels read and advance it there as the CPU's octopt::step does
+    p0, grads = problem(steps=3)
+    gp, gs = _run_fused(transformation, GPU, "nadam", p0, grads, bits=bits)
+    cp, cs = _run_fused(transformation, CPU, "nadam", p0, grads, bits=bits)
+    _assert_same(gp, gs, cp, cs)
+    mine = jax.tree.leaves(gs.tensor_scalar("mu_product"))
+    assert all(GPU in v.devices() for v in mine)
+    np.testing.assert_array_equal(np.asarray(mine), np.asarray(jax.tree.leaves(cs.tensor_scalar("mu_product"))))
+
+
 def test_bf16_params_with_f32_grads_match_the_cpu_handler(problem, transformation):
     p0, grads = problem(steps=2)
     p0 = [jnp.asarray(p, jnp.bfloat16) for p in p0]

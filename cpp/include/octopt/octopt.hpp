@@ -8,5 +8,6 @@
 #include "runtime.hpp"
 #include "state_io.hpp"
 #include "step_plan.hpp"
+#include "step_setup.hpp"
 #include "threading.hpp"
 #include "version.hpp"

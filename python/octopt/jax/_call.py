@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec
 
@@ -73,14 +74,19 @@ def _shard_map(f: Any, mesh: Any, in_specs: tuple, out_specs: tuple) -> Any:
 
 def step_tensors(tensors: list, hp_dynamic: Any, step: Any, attrs: dict, mode: int) -> list:
     """One FFI call stepping every tensor in ``tensors`` (all unsharded, or all sharded over one mesh):
-    a list of (p, g, slots, LeafLayout, rng_stream). Returns (updates or new parameter, new slots) per
-    tensor. ``attrs`` are the handler's per-transformation attributes; this adds the per-tensor ones."""
-    mesh = tensors[0][3].mesh
+    a list of (p, g, slots, scalars, LeafLayout, rng_stream), ``scalars`` the tensor's per-tensor scalar
+    state (float32 scalars in the core's order). Returns (updates or new parameter, new slots, new
+    scalars) per tensor. ``attrs`` are the handler's per-transformation attributes; this adds the
+    per-tensor ones."""
+    mesh = tensors[0][4].mesh
     blocks, bits, stochastic, codebooks, streams = [], [], [], [], []
-    operands, in_specs = [hp_dynamic, step], [PartitionSpec(), PartitionSpec()]
-    sources = []  # per result, the operand it replaces (same shape and dtype)
-    aliases = {}  # operand -> result written over it
-    for p, g, slots, layout, stream in tensors:
+    # the handlers' tensor_scalars: every tensor's scalars, tensor after tensor (replicated under a mesh)
+    flat = [jnp.asarray(v, jnp.float32).reshape(()) for t in tensors for v in t[3]]
+    scalars = jnp.stack(flat) if flat else jnp.zeros((0,), jnp.float32)
+    operands, in_specs = [hp_dynamic, step, scalars], [PartitionSpec(), PartitionSpec(), PartitionSpec()]
+    sources = [2]  # per result, the operand it replaces (same shape and dtype): first the scalars
+    aliases = {2: 0} if flat else {}  # operand -> result written over it
+    for p, g, slots, _scalars, layout, stream in tensors:
         pspec = layout.pspec if layout.pspec is not None else PartitionSpec()
         if mode == PARAMS:
             aliases[len(operands)] = len(sources)  # with donation the new parameter is written over the old one
@@ -132,8 +138,9 @@ def step_tensors(tensors: list, hp_dynamic: Any, step: Any, attrs: dict, mode: i
         outs = call(*operands)
     else:
         outs = _shard_map(call, mesh, tuple(in_specs), out_specs)(*operands)
-    done, k = [], 0
-    for _p, _g, slots, layout, _s in tensors:
+    new_scalars, j = outs[0], 0
+    done, k = [], 1
+    for _p, _g, slots, tensor_scalars, layout, _s in tensors:
         out = outs[k]
         k += 1
         new_slots = []
@@ -144,5 +151,6 @@ def step_tensors(tensors: list, hp_dynamic: Any, step: Any, attrs: dict, mode: i
             else:
                 new_slots.append(SlotState(outs[k], outs[k + 1]))
                 k += 2
-        done.append((out, new_slots))
+        done.append((out, new_slots, [new_scalars[j + m] for m in range(len(tensor_scalars))]))
+        j += len(tensor_scalars)
     return done

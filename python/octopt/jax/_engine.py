@@ -23,6 +23,7 @@ from ._state import (
     leaf_sharding,
     is_placeholder,
     placeholder_state,
+    scalar_device,
 )
 
 # The core's table: each float hyper-parameter by its optax name, with its default (a default
@@ -167,6 +168,8 @@ class Engine:
         torch_names = {s[0]: s[0] for s in _layout.SLOTS[kind]}
         torch_names.update(names or {})
         self.slot_names = tuple(torch_names[_layout.SLOTS[kind][k][0]] for k in self.used)
+        # the per-tensor scalar state the core defines for this optimizer (NAdam's mu_product): (name, initial)
+        self.scalars = tuple(_octopt.xla_ffi_tensor_scalars(kind))
         self.config = (
             kind,
             tuple(sorted((k, group[k]) for k in _hparams.LAYOUT_KEYS)),
@@ -184,6 +187,7 @@ class Engine:
         ensure_registered(self.fn)
         fn = f"{self.fn}.init"
         starts = {k: _static_initial(parts, fn) for k, parts in self.initial.items()}
+        scalar_names = tuple(name for name, _ in self.scalars)
         if is_placeholder(params):
             return placeholder_state(params, self.slot_names)
         leaves = jax.tree_util.tree_flatten_with_path(params)[0]
@@ -209,6 +213,14 @@ class Engine:
         names = self.slot_names
         slots = {name: treedef.unflatten([t[k].data for t in slot_trees]) for k, name in enumerate(names)}
         absmax = tuple(tuple(t[k].absmax for t in slot_trees) for k in range(len(names)))
+        # per-tensor scalars after the scales: one float32 scalar per parameter, placed like the parameter
+        # (replicated over its mesh)
+        absmax += tuple(
+            tuple(
+                jnp.full([], initial, jnp.float32, device=scalar_device(lay, p)) for lay, (_, p) in zip(layouts, leaves)
+            )
+            for _, initial in self.scalars
+        )
         # the count is placed like the state (committed where the parameters are), so that jit sees one
         # commitment for the whole state and compiles the step once
         placed = [
@@ -222,7 +234,7 @@ class Engine:
             if isinstance(sharding, NamedSharding):
                 sharding = NamedSharding(sharding.mesh, PartitionSpec())
             count = jax.device_put(count, sharding)
-        return OctoptState(count, slots, absmax, StateLayout(self.config, names, tuple(layouts)))
+        return OctoptState(count, slots, absmax, StateLayout(self.config, names, tuple(layouts), scalar_names))
 
     # -- update ---------------------------------------------------------------------------------
     def update(
@@ -298,6 +310,7 @@ class Engine:
         if not p_leaves:
             return treedef.unflatten([]), OctoptState(step_no, state.slots, state.absmax, layout)
         data = [treedef.flatten_up_to(state.slots[name]) for name in layout.slot_names]
+        scalars = state.absmax[len(layout.slot_names) :]
         decayed = self._decayed(grads, treedef, fn, grads_arg)
         values = self._values(state.count)
         attrs = dict(
@@ -317,7 +330,14 @@ class Engine:
             _check_slots(slots, lay, fn, where, layout.slot_names, self._dtype)
             # 32-bit state kept in another dtype (mu_dtype) is stepped in float32 and stored back rounded
             slots = [SlotState(s.data.astype(jnp.float32), s.absmax) if s.data.dtype != jnp.uint8 else s for s in slots]
-            calls.setdefault((lay.mesh, decayed[i]), []).append((i, (p, g, slots, lay, i)))
+            tensor_scalars = [values[i] for values in scalars]
+            for name, v in zip(layout.scalar_names, tensor_scalars):
+                if tuple(getattr(v, "shape", (None,))) != () or jnp.dtype(getattr(v, "dtype", None)) != jnp.float32:
+                    raise ValueError(
+                        f"{fn}: argument 'state' entry '{name}' of 'params{where}' must be a float32 scalar, got "
+                        f"{getattr(v, 'dtype', type(v).__name__)}{list(getattr(v, 'shape', ()))}"
+                    )
+            calls.setdefault((lay.mesh, decayed[i]), []).append((i, (p, g, slots, tensor_scalars, lay, i)))
         operands = {d: self._hp_operands(values, d) for d in set(decayed)}
         done = [None] * len(p_leaves)
         for (_mesh, decay), group in calls.items():
@@ -334,6 +354,7 @@ class Engine:
                 [done[i][1][k].data.astype(self._dtype(lay.specs[k])) for i, lay in enumerate(layout.leaves)]
             )
             new_absmax.append(tuple(done[i][1][k].absmax for i in range(len(done))))
+        new_absmax += [tuple(done[i][2][k] for i in range(len(done))) for k in range(len(layout.scalar_names))]
         new_state = OctoptState(
             step_no,
             {name: treedef.unflatten(d) for name, d in zip(layout.slot_names, new_data)},
@@ -396,10 +417,11 @@ def _check_state(state: Any, config: tuple, treedef: Any, n: int, fn: str) -> St
     absmax = state.absmax
     if n and (
         not isinstance(absmax, tuple)
-        or len(absmax) != len(layout.slot_names)
+        or len(absmax) != len(layout.slot_names) + len(layout.scalar_names)
         or any(not isinstance(a, tuple) or len(a) != n for a in absmax)
     ):
-        raise ValueError(f"{fn}: argument 'state' field 'absmax' must hold one tuple of {n} arrays per slot")
+        extra = f" and per per-tensor scalar ({', '.join(layout.scalar_names)})" if layout.scalar_names else ""
+        raise ValueError(f"{fn}: argument 'state' field 'absmax' must hold one tuple of {n} arrays per slot{extra}")
     return layout
 
 

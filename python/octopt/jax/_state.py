@@ -65,6 +65,8 @@ class StateLayout:
     config: tuple  # (optimizer kind, structural options) of the transformation
     slot_names: tuple  # names of the state slots, in slot order
     leaves: tuple  # LeafLayout per parameter leaf, in tree_leaves order
+    # names of the per-tensor scalar state (the core's order, _octopt.xla_ffi_tensor_scalars), after the slots in absmax
+    scalar_names: tuple = ()
 
 
 class OctoptState(NamedTuple):
@@ -74,11 +76,15 @@ class OctoptState(NamedTuple):
     ``torch_style`` transformations use torch's: ``exp_avg``, ...) to a tree with the parameters'
     structure holding its values (32-bit state) or codes: the trees ``optax.tree.map_params`` and
     ``optax.tree.get(state, "mu")`` find. ``absmax`` holds each quantized slot's scales, per slot (in
-    ``layout.slot_names`` order) a tuple with one float32 array per parameter (None for 32-bit state)."""
+    ``layout.slot_names`` order) a tuple with one float32 array per parameter (None for 32-bit state),
+    then the optimizer's per-tensor scalar state, per name in ``layout.scalar_names`` a tuple with one
+    float32 scalar per parameter (NAdam's ``mu_product``, torch's ``state['mu_product']``; read it with
+    ``tensor_scalar``). An optimizer without per-tensor scalars has none there, so its state has the
+    structure it had before they existed (docs/jax.md)."""
 
     count: Any  # int32 scalar: steps taken
     slots: dict  # slot name -> a tree shaped like the params with one data array per parameter
-    absmax: tuple  # per slot, a tuple of one absmax array per parameter
+    absmax: tuple  # per slot, a tuple of one absmax array per parameter; then per per-tensor scalar, one scalar each
     layout: StateLayout  # static: no leaves
 
     def slot(self, name: str) -> Any:
@@ -89,6 +95,18 @@ class OctoptState(NamedTuple):
         leaves, treedef = jax.tree_util.tree_flatten(self.slots[name])
         scales = self.absmax[self.layout.slot_names.index(name)]
         return treedef.unflatten([SlotState(d, a) for d, a in zip(leaves, scales)])
+
+    def tensor_scalar(self, name: str) -> Any:
+        """The per-tensor scalar state ``name`` (NAdam's ``mu_product``) as a tree shaped like the params with
+        one float32 scalar per parameter."""
+        names = self.layout.scalar_names
+        if name not in names:
+            raise KeyError(f"OctoptState.tensor_scalar: no per-tensor scalar {name!r}; this state has {list(names)}")
+        treedef = (
+            jax.tree_util.tree_structure(self.slots[self.layout.slot_names[0]]) if self.layout.slot_names else None
+        )
+        values = self.absmax[len(self.layout.slot_names) + names.index(name)]
+        return list(values) if treedef is None else treedef.unflatten(list(values))
 
 
 class NonParams:
@@ -108,7 +126,8 @@ def is_placeholder(params: Any) -> bool:
 
 def placeholder_state(params: Any, names: tuple) -> OctoptState:
     """The state init returns for map_params' placeholder: the placeholder in place of each slot's tree (the
-    trees the function maps over) and a leaf in place of the scales and the layout (state it does not)."""
+    trees the function maps over) and a leaf in place of the scales, the per-tensor scalars and the layout
+    (state it does not)."""
     return OctoptState(jnp.zeros([], jnp.int32), {name: params for name in names}, NonParams(), NonParams())
 
 
@@ -160,6 +179,11 @@ def _device(layout: LeafLayout, pspec: Any, like: Any) -> Any:
             return NamedSharding(sharding.mesh, PartitionSpec())
         return sharding
     return None
+
+
+def scalar_device(layout: LeafLayout, like: Any) -> Any:
+    """Where a per-tensor scalar of this parameter goes: replicated over its mesh, else the parameter's device."""
+    return _device(layout, PartitionSpec(), like)
 
 
 def init_slot(layout: LeafLayout, spec: _layout.SlotSpec, init: float, like: Any, dtype: Any = None) -> SlotState:

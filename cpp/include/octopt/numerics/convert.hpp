@@ -100,6 +100,15 @@ OCTOPT_HD void store_f32(void* p, std::int64_t i, float v) {
     static_cast<std::uint16_t*>(p)[i] = f32_to_bf16(v);
 }
 
+// optax's updates from a step taken on a copy of the parameters: out[i] holds p_new and becomes
+// p_new - p[i], evaluated in float32 and rounded once to the parameter's dtype (exact whenever p_new
+// and p are within a factor of two of each other: Sterbenz). The XLA handlers' updates mode, CPU and
+// CUDA alike.
+template <DType D>
+OCTOPT_HD void update_from_params(void* out, const void* p, std::int64_t i) {
+  store_f32<D>(out, i, load_f32<D>(out, i) - load_f32<D>(p, i));
+}
+
 }  // namespace octopt
 
 namespace octopt {

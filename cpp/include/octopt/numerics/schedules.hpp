@@ -37,17 +37,6 @@ OCTOPT_HD double nadam_mu(double beta1, double momentum_decay, double t) {
 // the product of two floats rounded once.
 OCTOPT_HD float nadam_advance(float mu_product, double mu) { return mu_product * float(mu); }
 
-// The running product after `steps` steps (1 before the first), replayed from the start: what a tensor
-// stepped every time holds, bit for bit. O(steps); for callers that keep no per-tensor state (the XLA
-// handler of octopt.optax derives it from the step count, continuing from its last value when it can).
-OCTOPT_HD float nadam_mu_product_after(double beta1, double momentum_decay, std::int64_t steps, float from = 1.0f,
-                                       std::int64_t from_steps = 0) {
-  float mp = from;
-  for (std::int64_t i = from_steps + 1; i <= steps; ++i)
-    mp = nadam_advance(mp, nadam_mu(beta1, momentum_decay, double(i)));
-  return mp;
-}
-
 // Fills in the NAdam coefficients of s from the tensor's product mu_product_t (already advanced to
 // this step), in double as torch's addcdiv values, rounded to float32 once.
 OCTOPT_HD void nadam_bind(SlotScalars& s, float mu_product) {
