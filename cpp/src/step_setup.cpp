@@ -29,18 +29,20 @@ SlotExtent slot_extent(int bits, std::int64_t n, int block_size) {
 }
 
 std::vector<TensorScalarDef> tensor_scalar_defs(OptimKind kind) {
-  // torch.optim.NAdam's state['mu_product'], 1 before the first step
-  if (kind == OptimKind::nadam) return {{"mu_product", 1.0f}};
-  return {};
+  return visit_optim(kind, [](auto k) {
+    const auto& defs = OptimRule<decltype(k)::value>::tensor_scalars;
+    return std::vector<TensorScalarDef>(defs.begin(), defs.end());
+  });
 }
 
+// StepTensor holds one per-tensor scalar (mu_product, the only one any definition declares so far)
 void load_tensor_scalars(OptimKind kind, const float* values, StepTensor* tensors, std::size_t n_tensors) {
-  if (kind != OptimKind::nadam) return;
+  if (tensor_scalar_defs(kind).empty()) return;
   for (std::size_t t = 0; t < n_tensors; ++t) tensors[t].mu_product = values[t];
 }
 
 void store_tensor_scalars(OptimKind kind, const StepTensor* tensors, std::size_t n_tensors, float* values) {
-  if (kind != OptimKind::nadam) return;
+  if (tensor_scalar_defs(kind).empty()) return;
   for (std::size_t t = 0; t < n_tensors; ++t) values[t] = tensors[t].mu_product;
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <stdexcept>
 #include <vector>
 
@@ -92,8 +93,9 @@ OCTOPT_TEST(step_setup_hparams_from_values_refuses_non_finite) {
   const HyperParams h = hparams_from_values(v.data(), 0, "f");
   CHECK_EQ(h.lr, 0.5);
   v[0] = std::numeric_limits<double>::quiet_NaN();
+  const std::string name = hparam_array_names()[0];  // outlives the check's list of expected phrases
   CHECK_THROWS(hparams_from_values(v.data(), 0, "f"), std::invalid_argument,
-               {"f: hyper-parameter '", hparam_array_names()[0].c_str(), "' must be finite"});
+               {"f: hyper-parameter '", name.c_str(), "' must be finite"});
 }
 
 OCTOPT_TEST(step_setup_params_to_updates) {

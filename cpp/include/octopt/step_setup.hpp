@@ -33,10 +33,6 @@ SlotExtent slot_extent(int bits, std::int64_t n, int block_size);
 // StepPlan's tensors, torch's state dict, octopt.optax's state): NAdam's running product of its
 // momentum coefficients, torch's state['mu_product']. octopt::step reads it from StepTensor and
 // advances it there (CPU); the CUDA kernels advance it in their tables.
-struct TensorScalarDef {
-  const char* name;  // its name in state dicts and in octopt.optax's state
-  float initial;     // its value before the tensor's first step
-};
 // The per-tensor scalars of `kind`, in the order a flat array of them holds each tensor's (see
 // load_tensor_scalars). Empty for optimizers without any.
 std::vector<TensorScalarDef> tensor_scalar_defs(OptimKind kind);

@@ -9,7 +9,8 @@
 //                                   many betas, and its defaults where they differ from HyperParams'
 //   scalars(s, hp, t)               its changes to the common per-step scalars (hyper_params.hpp: scalars_for_step)
 //   update(h, p, g, s0, s1, s2, u)  its per-element rule: the new parameter, the states updated in place
-// Optional (RuleDefaults): bounds (tighter ranges of shared hyper-parameters), trust (a per-tensor trust ratio).
+// Optional (RuleDefaults): bounds (tighter ranges of shared hyper-parameters), trust (a per-tensor trust ratio),
+// tensor_scalars (per-tensor scalar state beside the slots, with its initial value).
 // A rule that leaves out a required part fails to compile where the dispatch reads it (optim_rules.hpp).
 #include <array>
 
@@ -51,6 +52,12 @@ struct HParamBound {
   bool hi_open;
 };
 
+// A number a tensor carries from one step to the next beside its state slots (NAdam's mu_product; step_setup.hpp).
+struct TensorScalarDef {
+  const char* name;  // its name in state dicts and in octopt.optax's state
+  float initial;     // its value before the tensor's first step
+};
+
 // Optimizers whose update is scaled per tensor by a trust ratio (a norms pass first: trust_ratio.hpp).
 enum class TrustRatio : std::uint8_t { none, lamb, lars };
 
@@ -62,6 +69,7 @@ struct OptimRule;
 struct RuleDefaults {
   static constexpr std::array<HParamBound, 0> bounds{};
   static constexpr TrustRatio trust = TrustRatio::none;
+  static constexpr std::array<TensorScalarDef, 0> tensor_scalars{};
   static OCTOPT_HD void scalars(SlotScalars&, const HyperParams&, double) {}
 };
 

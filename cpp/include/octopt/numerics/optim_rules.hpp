@@ -57,6 +57,8 @@ constexpr bool rule_is_valid() {
   static_assert(rule_slot_count<K> >= 1 && rule_slot_count<K> <= kMaxStateSlots,
                 "an optimizer has 1..kMaxStateSlots state slots");
   static_assert(R::num_betas == 0 || R::num_betas == 2 || R::num_betas == 3, "num_betas is 0, 2 or 3");
+  // StepTensor, the CUDA tables and the state files hold one per-tensor scalar (mu_product's place) so far
+  static_assert(R::tensor_scalars.size() <= 1, "at most one per-tensor scalar until StepTensor holds more");
   static_assert(std::is_same_v<decltype(R::update(SlotScalars{}, 0.0f, 0.0f, std::declval<float&>(),
                                                   std::declval<float&>(), std::declval<float&>(), nullptr)),
                                float>,

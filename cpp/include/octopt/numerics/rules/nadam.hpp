@@ -18,6 +18,9 @@ struct OptimRule<OptimKind::nadam> : RuleDefaults {
       "lr", "betas", "eps", "weight_decay", "momentum_decay", "decoupled_weight_decay", "maximize"};
   static constexpr int num_betas = 2;
   static constexpr std::array defaults{HParamValue{HParam::lr, 2e-3}};
+  // torch.optim.NAdam's state['mu_product'], the running product of the momentum coefficients: 1 before the first
+  // step, advanced by each step (nadam_advance, schedules.hpp)
+  static constexpr std::array tensor_scalars{TensorScalarDef{"mu_product", 1.0f}};
 
   static OCTOPT_HD void scalars(SlotScalars& s, const HyperParams& hp, double t) {
     if (hp.decoupled_weight_decay)
