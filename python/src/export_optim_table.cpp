@@ -63,6 +63,8 @@ nb::dict optim_entry(const octopt::OptimDef& o) {
 }  // namespace
 
 void export_optim_table(nb::module_& m) {
+  // the width of every per-tensor state array: the XLA handlers take this many slot descriptions per tensor
+  m.attr("MAX_STATE_SLOTS") = octopt::kMaxStateSlots;
   nb::class_<octopt::HyperParams> hp(m, "HyperParams");
   hp.def(nb::init<>());
   // one read/write property per hyper-parameter of the table, under its HyperParams name

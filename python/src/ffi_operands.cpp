@@ -10,6 +10,9 @@ namespace octopt_ffi {
 
 namespace {
 
+// slot descriptions per tensor in the attributes (octopt.optax passes MAX_STATE_SLOTS of them)
+constexpr std::size_t kSlots = std::size_t(octopt::kMaxStateSlots);
+
 bool float_dtype(ffi::DataType t, octopt::DType* out) {
   switch (t) {
     case ffi::DataType::F32:
@@ -81,8 +84,8 @@ ffi::Error take_tensor(Buffers& bufs, const Attrs& a, std::size_t t, octopt::Ste
   slot.block_size = int(block_size);
   slot.rng_stream = std::uint64_t(a.rng_streams[t]);
   if (block_size < 1) return bad("internal: block sizes must be positive");
-  for (std::size_t k = 0; k < 3; ++k) {
-    const int bits = int(a.slot_bits[3 * t + k]);
+  for (std::size_t k = 0; k < kSlots; ++k) {
+    const int bits = int(a.slot_bits[kSlots * t + k]);
     if (bits == 0) continue;
     if (bits != 32 && bits != 8 && bits != 4) return bad("internal: state bits must be 32, 8 or 4");
     auto din = bufs.operand();
@@ -99,10 +102,10 @@ ffi::Error take_tensor(Buffers& bufs, const Attrs& a, std::size_t t, octopt::Ste
     octopt::StateBuffer& st = slot.state[k];
     st.bits = bits;
     st.data = dout->untyped_data();
-    st.stochastic = a.slot_stochastic[3 * t + k] != 0;
+    st.stochastic = a.slot_stochastic[kSlots * t + k] != 0;
     if (bits == 32) continue;
     // the slot's map, by octopt::state_map_index (set by octopt.optax from the layout)
-    const std::int64_t cb = a.slot_codebooks[3 * t + k];
+    const std::int64_t cb = a.slot_codebooks[kSlots * t + k];
     if (cb < 0 || cb >= octopt::kNumStateMaps || octopt::state_codebooks()[std::size_t(cb)].size != (1 << bits))
       return bad("internal: state slot " + std::to_string(k) + " has codebook " + std::to_string(cb) +
                  ", which is no map of " + std::to_string(bits) + "-bit state");
@@ -132,9 +135,9 @@ ffi::Error check_attrs(const Attrs& a, std::size_t n_hp_dynamic) {
   if (a.mode != kUpdates && a.mode != kParams) return bad("internal: unknown mode");
   if (n_hp_dynamic != kNumHyperParams || a.hp_static.size() != kNumHyperParams)
     return bad("internal: expected " + std::to_string(kNumHyperParams) + " hyper-parameters");
-  if (a.slot_bits.size() != 3 * n_tensors || a.slot_stochastic.size() != 3 * n_tensors ||
-      a.slot_codebooks.size() != 3 * n_tensors || a.rng_streams.size() != n_tensors)
-    return bad("internal: expected 3 state slot descriptions per tensor");
+  if (a.slot_bits.size() != kSlots * n_tensors || a.slot_stochastic.size() != kSlots * n_tensors ||
+      a.slot_codebooks.size() != kSlots * n_tensors || a.rng_streams.size() != n_tensors)
+    return bad("internal: expected " + std::to_string(kSlots) + " state slot descriptions per tensor");
   return ffi::Error::Success();
 }
 

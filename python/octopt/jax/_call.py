@@ -93,7 +93,7 @@ def step_tensors(tensors: list, hp_dynamic: Any, step: Any, attrs: dict, mode: i
         sources.append(len(operands))
         operands += [p, g]
         in_specs += [pspec, pspec]
-        tb, ts, tsg = [0, 0, 0], [0, 0, 0], [0, 0, 0]
+        tb, ts, tsg = ([0] * _octopt.MAX_STATE_SLOTS for _ in range(3))
         for spec, st in zip(layout.specs, slots):
             tb[spec.index] = spec.bits
             ts[spec.index] = int(attrs["stochastic"] and spec.bits == 4)
