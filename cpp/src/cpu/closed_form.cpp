@@ -237,6 +237,27 @@ bool build_closed_form(const Codebook& cb, ClosedForm& cf) {
     std::memcpy(&cf.up_m1[b], &cf.up[b], 4);
     cf.up_m1[b] -= 1;
   }
+  // the positive side's boundary bins as an 8-entry table (ClosedForm::bins8)
+  {
+    int slots = 0, next = -1;
+    bool ok = true;
+    for (int b = kBins - 1; b >= 0; --b) {
+      if (cf.up[b] <= std::numeric_limits<float>::max()) {
+        if (slots == 8) {
+          ok = false;
+          break;
+        }
+        next = slots++;
+        cf.up8[next] = cf.up[b];
+        cf.up8_m1[next] = cf.up_m1[b];
+      } else if (next < 0) {
+        ok = false;  // no boundary above this bin: nothing to borrow
+        break;
+      }
+      cf.slot8[b] = std::uint8_t(next);
+    }
+    cf.bins8 = ok;
+  }
   cf.mirror = mirror_form(cb, pos, neg, cf);
   // a little above the measured worst case, so that no lane sits exactly on the margin
   cf.width = float(width) * 1.0001f + 1e-7f;

@@ -53,6 +53,13 @@ struct ClosedForm {
   // one 8-entry table each (A8, B8), and a lane of run 0 takes lo[0] without the formula.
   bool runs8 = false;
   alignas(32) float A8[8] = {}, B8[8] = {};
+  // Whether at most 8 of the positive side's bins hold a run boundary and none without one lies above the highest
+  // that does: then up[b] can be read as up8[slot8[b]] (a byte shuffle, then one 8-entry permute instead of two and
+  // a blend), a bin without a boundary taking the next boundary above it, which no |r| of that bin reaches.
+  bool bins8 = false;
+  alignas(16) std::uint8_t slot8[kBins] = {};
+  alignas(32) float up8[8] = {};
+  alignas(32) std::int32_t up8_m1[8] = {};
 };
 
 // Tables for `cb` (any map with an exact zero whose values fall into at most 32 evenly spaced runs,

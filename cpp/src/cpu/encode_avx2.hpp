@@ -103,6 +103,8 @@ struct ClosedForm8 {
   const ClosedForm& cf;
   __m256i run[2], lo[2], hi[2];
   __m256i down, zero2;  // mirror form: ClosedForm::down as bytes, 2 * ClosedForm::zero
+  __m256i slot8;        // ClosedForm::slot8 as bytes
+  __m256i zero2b;       // 2 * ClosedForm::zero in every byte (at most 254 in mirror form)
   __m256 width;
   bool mirror;  // ClosedForm::pos16 and ClosedForm::mirror: closed_form8_mirror applies to every r
   explicit ClosedForm8(const ClosedForm& c) : cf(c), mirror(c.pos16 && c.mirror) {
@@ -113,13 +115,16 @@ struct ClosedForm8 {
       for (int h = 0; h < 2; ++h)
         t[q][h] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(b[q] + 16 * h)));
     down = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(cf.down)));
+    slot8 = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(cf.slot8)));
     zero2 = _mm256_set1_epi32(2 * cf.zero);
+    zero2b = _mm256_set1_epi8(char(std::uint8_t(2 * cf.zero)));
     width = _mm256_set1_ps(cf.width);
   }
 };
 
 // x = fma(a, A[run], B[run]) on the positive side's runs: 16-entry tables, or (k8: ClosedForm::runs8) the 8-entry
-// tables of runs 1..8, one permute each (run 0's lanes read run 8's entry; closed_form8_zero_run replaces them).
+// tables of runs 1..8, one permute each (run 0's lanes read run 8's entry: the clamp gives their code,
+// closed_form8_zero_run marks them sure).
 template <bool k8>
 inline __m256 formula8(const ClosedForm8& R, __m256 a, __m256i run) {
   if (k8) {
@@ -131,14 +136,27 @@ inline __m256 formula8(const ClosedForm8& R, __m256 a, __m256i run) {
                          lut16_ps(_mm256_load_ps(R.cf.B), _mm256_load_ps(R.cf.B + 8), run));
 }
 
-// k8: a lane of the zero run (run 0; always finite, as a NaN or infinite r falls into the top bin) takes that run's
-// code, lo[0], and is sure (its formula value is that code + 0.5 anyway).
+// k8: a lane of the zero run (run 0; always finite, as a NaN or infinite r falls into the top bin) is sure: its
+// code is that run's one code, which the clamp to [lo[0], hi[0]] (lo[0] == hi[0]) gives whatever its x (run 8's
+// formula, a finite value for such a small |r|).
 template <bool k8>
-inline void closed_form8_zero_run(const ClosedForm8& R, __m256i run, __m256i& c, __m256& unsure) {
-  if (!k8) return;
-  const __m256i z0 = _mm256_cmpeq_epi32(run, _mm256_setzero_si256());
-  c = _mm256_blendv_epi8(c, _mm256_set1_epi32(R.cf.lo[0]), z0);
-  unsure = _mm256_andnot_ps(_mm256_castsi256_ps(z0), unsure);
+inline void closed_form8_zero_run(__m256i run, __m256& unsure) {
+  if (k8) unsure = _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(run, _mm256_setzero_si256())), unsure);
+}
+
+// The positive side's up[bin] (as floats, or as the bit patterns less one: up_m1): k8, read through the 8-entry
+// table of the boundary bins (ClosedForm::bins8, which k8 requires); else the 16-entry table. `bin` has bytes 1..3
+// set to 0x80.
+template <bool k8>
+inline __m256 up_at8(const ClosedForm8& R, const float* up16, const float* up8, __m256i bin) {
+  if (k8) return _mm256_permutevar8x32_ps(_mm256_load_ps(up8), _mm256_shuffle_epi8(R.slot8, bin));
+  return lut16_ps(_mm256_load_ps(up16), _mm256_load_ps(up16 + 8), bin);
+}
+
+// frac(x) < width (the search decides), or x NaN. x - trunc(x): trunc is the code's conversion (x >= 0 in every
+// run; a negative x gives a negative difference and goes to the search, which is exact).
+inline __m256 unsure8(const ClosedForm8& R, __m256 x, __m256i xi) {
+  return _mm256_cmp_ps(_mm256_sub_ps(x, _mm256_cvtepi32_ps(xi)), R.width, _CMP_NGE_UQ);
 }
 
 // The closed form on U vectors of 8 lanes, stage by stage across them (each vector's stages are one
@@ -167,47 +185,36 @@ inline void closed_form8(const ClosedForm8& R, const __m256* r, __m256i* code, _
   __m256 x[U];
   for (int u = 0; u < U; ++u) x[u] = _mm256_fmadd_ps(a[u], lut32_ps(R.cf.A, run[u]), lut32_ps(R.cf.B, run[u]));
   for (int u = 0; u < U; ++u) {
-    const __m256 d = _mm256_sub_ps(x[u], _mm256_floor_ps(x[u]));
-    unsure[u] = _mm256_cmp_ps(d, R.width, _CMP_NGE_UQ);  // NaN (r not finite) too
-    code[u] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(x[u]), lut32_u8(R.lo[0], R.lo[1], run[u])),
-                               lut32_u8(R.hi[0], R.hi[1], run[u]));
+    const __m256i xi = _mm256_cvttps_epi32(x[u]);
+    unsure[u] = unsure8(R, x[u], xi);  // NaN (r not finite) too
+    code[u] =
+        _mm256_min_epi32(_mm256_max_epi32(xi, lut32_u8(R.lo[0], R.lo[1], run[u])), lut32_u8(R.hi[0], R.hi[1], run[u]));
   }
 }
 
-// closed_form8 for vectors whose lanes are all > 0 (a second moment's, nearly always): the positive side's 16 bins
-// and (pos16) 16 runs, so each float table is two permutes and a blend, each byte table one shuffle.
-template <int U, bool k8 = false>
-inline void closed_form8_pos(const ClosedForm8& R, const __m256* r, __m256i* code, __m256* unsure) {
+// The run and formula value x = fma(|r|, A[run], B[run]) of vectors whose lanes are all > 0 (a second moment's, nearly
+// always): the positive side's 16 bins and (pos16) 16 runs, so a float table is one permute (k8) or two and a blend,
+// a byte table one shuffle.
+template <int U, bool k8>
+inline void pos_runs8(const ClosedForm8& R, const __m256* r, __m256i* run, __m256* x) {
   const __m256i z = _mm256_set1_epi32(std::int32_t(0x80808000u));  // bytes 1..3 of an index read as zero
-  __m256i bin[U], run[U];
-  __m256 x[U];
   for (int u = 0; u < U; ++u) {
-    bin[u] = _mm256_subs_epu16(_mm256_srli_epi32(_mm256_castps_si256(r[u]), 24), _mm256_set1_epi32(kBinBias / 2));
-    run[u] = _mm256_sub_epi32(
-        _mm256_shuffle_epi8(R.run[0], _mm256_or_si256(bin[u], z)),
-        _mm256_castps_si256(
-            _mm256_cmp_ps(r[u], lut16_ps(_mm256_load_ps(R.cf.up), _mm256_load_ps(R.cf.up + 8), bin[u]), _CMP_GE_OQ)));
+    const __m256i bin = _mm256_or_si256(
+        _mm256_subs_epu16(_mm256_srli_epi32(_mm256_castps_si256(r[u]), 24), _mm256_set1_epi32(kBinBias / 2)), z);
+    run[u] =
+        _mm256_sub_epi32(_mm256_shuffle_epi8(R.run[0], bin),
+                         _mm256_castps_si256(_mm256_cmp_ps(r[u], up_at8<k8>(R, R.cf.up, R.cf.up8, bin), _CMP_GE_OQ)));
   }
   for (int u = 0; u < U; ++u) x[u] = formula8<k8>(R, r[u], run[u]);
-  for (int u = 0; u < U; ++u) {
-    const __m256 d = _mm256_sub_ps(x[u], _mm256_floor_ps(x[u]));
-    unsure[u] = _mm256_cmp_ps(d, R.width, _CMP_NGE_UQ);
-    const __m256i j = _mm256_or_si256(run[u], z);
-    code[u] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(x[u]), _mm256_shuffle_epi8(R.lo[0], j)),
-                               _mm256_shuffle_epi8(R.hi[0], j));
-    closed_form8_zero_run<k8>(R, run[u], code[u], unsure[u]);
-  }
 }
 
-// closed_form8 for a map in mirror form (ClosedForm::mirror) and any sign: the positive side's tables on |r| (16
-// bins and 16 runs: two permutes and a blend per float table, as closed_form8_pos, instead of four and three), a
-// negative lane's run compare lowered by down[bin], its code reflected as max(2 zero - c, 0).
-template <int U, bool k8 = false>
-inline void closed_form8_mirror(const ClosedForm8& R, const __m256* r, __m256i* code, __m256* unsure) {
-  const __m256i z = _mm256_set1_epi32(std::int32_t(0x80808000u));  // bytes 1..3 of an index read as zero
+// The same for a map in mirror form (ClosedForm::mirror) and any sign: the positive side's tables on |r|, a negative
+// lane's run compare lowered by down[bin]; neg: the lanes r <= 0, whose code is reflected (max(2 zero - c, 0)).
+template <int U, bool k8>
+inline void mirror_runs8(const ClosedForm8& R, const __m256* r, __m256i* run, __m256* x, __m256i* neg) {
+  const __m256i z = _mm256_set1_epi32(std::int32_t(0x80808000u));
   const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
-  __m256i neg[U], run[U];
-  __m256 a[U], x[U];
+  __m256 a[U];
   for (int u = 0; u < U; ++u) {
     // r <= 0 takes the reflected code (zero included: a floor is for r > 0 only, and zero reflects to itself)
     neg[u] = _mm256_castps_si256(_mm256_cmp_ps(r[u], _mm256_setzero_ps(), _CMP_LE_OQ));
@@ -215,23 +222,69 @@ inline void closed_form8_mirror(const ClosedForm8& R, const __m256* r, __m256i* 
     a[u] = _mm256_castsi256_ps(ab);
     const __m256i bin =
         _mm256_or_si256(_mm256_subs_epu16(_mm256_srli_epi32(ab, 24), _mm256_set1_epi32(kBinBias / 2)), z);
-    const __m256i t =
-        _mm256_castps_si256(lut16_ps(_mm256_load_ps(reinterpret_cast<const float*>(R.cf.up_m1)),
-                                     _mm256_load_ps(reinterpret_cast<const float*>(R.cf.up_m1 + 8)), bin));
+    const __m256i t = _mm256_castps_si256(
+        up_at8<k8>(R, reinterpret_cast<const float*>(R.cf.up_m1), reinterpret_cast<const float*>(R.cf.up8_m1), bin));
     const __m256i adj = _mm256_add_epi32(ab, _mm256_and_si256(_mm256_shuffle_epi8(R.down, bin), neg[u]));
     run[u] = _mm256_sub_epi32(_mm256_shuffle_epi8(R.run[0], bin), _mm256_cmpgt_epi32(adj, t));
   }
   for (int u = 0; u < U; ++u) x[u] = formula8<k8>(R, a[u], run[u]);
+}
+
+// The codes of U vectors (32-bit lanes) from their runs and formula values: trunc(x) clamped to [lo[run], hi[run]],
+// kReflect: reflected where neg; and the lanes (all ones) the search must settle.
+template <int U, bool k8, bool kReflect>
+inline void codes_of_runs8(const ClosedForm8& R, const __m256* x, const __m256i* run, const __m256i* neg, __m256i* code,
+                           __m256* unsure) {
+  const __m256i z = _mm256_set1_epi32(std::int32_t(0x80808000u));
   for (int u = 0; u < U; ++u) {
-    const __m256 d = _mm256_sub_ps(x[u], _mm256_floor_ps(x[u]));
-    unsure[u] = _mm256_cmp_ps(d, R.width, _CMP_NGE_UQ);  // NaN (r not finite) too
+    const __m256i xi = _mm256_cvttps_epi32(x[u]);
+    unsure[u] = unsure8(R, x[u], xi);  // NaN (r not finite) too
+    closed_form8_zero_run<k8>(run[u], unsure[u]);
     const __m256i j = _mm256_or_si256(run[u], z);
-    __m256i c = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvttps_epi32(x[u]), _mm256_shuffle_epi8(R.lo[0], j)),
-                                 _mm256_shuffle_epi8(R.hi[0], j));
-    closed_form8_zero_run<k8>(R, run[u], c, unsure[u]);
-    const __m256i reflected = _mm256_max_epi32(_mm256_sub_epi32(R.zero2, c), _mm256_setzero_si256());
-    code[u] = _mm256_blendv_epi8(c, reflected, neg[u]);
+    const __m256i c =
+        _mm256_min_epi32(_mm256_max_epi32(xi, _mm256_shuffle_epi8(R.lo[0], j)), _mm256_shuffle_epi8(R.hi[0], j));
+    code[u] =
+        kReflect ? _mm256_blendv_epi8(c, _mm256_max_epi32(_mm256_sub_epi32(R.zero2, c), _mm256_setzero_si256()), neg[u])
+                 : c;
   }
+}
+
+// codes_of_runs8 for 4 vectors, clamped and reflected on bytes: the truncated values, the runs and the signs packed
+// to 32 bytes as codes32 packs codes (saturation moves a value only below 0 or above 255, where the clamp to the
+// run's codes, all in [0, 255], gives the same), one shuffle per table for 32 lanes. 32 codes in codes32's order.
+template <bool k8, bool kReflect>
+inline __m256i codes32_of_runs8(const ClosedForm8& R, const __m256* x, const __m256i* run, const __m256i* neg,
+                                __m256* unsure) {
+  __m256i xi[4];
+  for (int u = 0; u < 4; ++u) {
+    xi[u] = _mm256_cvttps_epi32(x[u]);
+    unsure[u] = unsure8(R, x[u], xi[u]);  // NaN (r not finite) too
+    closed_form8_zero_run<k8>(run[u], unsure[u]);
+  }
+  const __m256i cb = _mm256_packus_epi16(_mm256_packus_epi32(xi[0], xi[1]), _mm256_packus_epi32(xi[2], xi[3]));
+  const __m256i rb = _mm256_packus_epi16(_mm256_packus_epi32(run[0], run[1]), _mm256_packus_epi32(run[2], run[3]));
+  __m256i c = _mm256_min_epu8(_mm256_max_epu8(cb, _mm256_shuffle_epi8(R.lo[0], rb)), _mm256_shuffle_epi8(R.hi[0], rb));
+  if (kReflect) {
+    const __m256i nb = _mm256_packs_epi16(_mm256_packs_epi32(neg[0], neg[1]), _mm256_packs_epi32(neg[2], neg[3]));
+    c = _mm256_blendv_epi8(c, _mm256_subs_epu8(R.zero2b, c), nb);  // max(2 zero - c, 0)
+  }
+  return _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// closed_form8 for vectors whose lanes are all > 0, and for a map in mirror form: 32-bit codes.
+template <int U, bool k8 = false>
+inline void closed_form8_pos(const ClosedForm8& R, const __m256* r, __m256i* code, __m256* unsure) {
+  __m256i run[U];
+  __m256 x[U];
+  pos_runs8<U, k8>(R, r, run, x);
+  codes_of_runs8<U, k8, false>(R, x, run, nullptr, code, unsure);
+}
+template <int U, bool k8 = false>
+inline void closed_form8_mirror(const ClosedForm8& R, const __m256* r, __m256i* code, __m256* unsure) {
+  __m256i run[U], neg[U];
+  __m256 x[U];
+  mirror_runs8<U, k8>(R, r, run, x, neg);
+  codes_of_runs8<U, k8, true>(R, x, run, neg, code, unsure);
 }
 
 // Nearest codes of a block of a 256-entry map with closed-form tables, 32 codes at a time, then 8; a group
@@ -255,16 +308,27 @@ inline void encode_groups_closed_form8(const Codebook& cb, const Levels& L, cons
                                                  _mm256_cmp_ps(r[1], _mm256_setzero_ps(), _CMP_NGT_UQ)),
                                     _mm256_or_ps(_mm256_cmp_ps(r[2], _mm256_setzero_ps(), _CMP_NGT_UQ),
                                                  _mm256_cmp_ps(r[3], _mm256_setzero_ps(), _CMP_NGT_UQ)));
-    if (R.cf.pos16 && _mm256_testz_ps(le0, le0))
-      closed_form8_pos<4, k8>(R, r, c, unsure);
-    else if (kMirror)
-      closed_form8_mirror<4, k8>(R, r, c, unsure);
-    else
+    __m256i out;
+    if (R.cf.pos16 && _mm256_testz_ps(le0, le0)) {
+      __m256i run[4];
+      __m256 x[4];
+      pos_runs8<4, k8>(R, r, run, x);
+      out = codes32_of_runs8<k8, false>(R, x, run, nullptr, unsure);
+    } else if (kMirror) {
+      __m256i run[4], neg[4];
+      __m256 x[4];
+      mirror_runs8<4, k8>(R, r, run, x, neg);
+      out = codes32_of_runs8<k8, true>(R, x, run, neg, unsure);
+    } else {
       closed_form8<4>(R, r, c, unsure);
+      out = codes32(c);
+    }
     const __m256 any = _mm256_or_ps(_mm256_or_ps(unsure[0], unsure[1]), _mm256_or_ps(unsure[2], unsure[3]));
-    if (__builtin_expect(!_mm256_testz_ps(any, any), 0))
+    if (__builtin_expect(!_mm256_testz_ps(any, any), 0)) {
       for (int u = 0; u < 4; ++u) c[u] = apply_floor8(cb, r[u], search_levels8(L.lvl, 256, r[u]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), codes32(c));
+      out = codes32(c);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), out);
   }
   for (; i < len; i += 8) {
     const int n = len - i;
@@ -285,7 +349,7 @@ inline void encode_groups_closed_form8(const Codebook& cb, const Levels& L, cons
 inline void encode_block_closed_form8(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
                                       std::uint8_t* codes) {
   const ClosedForm8 R(L.cf);
-  if (R.mirror && L.cf.runs8)
+  if (R.mirror && L.cf.runs8 && L.cf.bins8)
     encode_groups_closed_form8<true, true>(cb, L, R, v, len, scale, codes);
   else if (R.mirror)
     encode_groups_closed_form8<true>(cb, L, R, v, len, scale, codes);
