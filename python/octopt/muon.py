@@ -72,7 +72,9 @@ def check_ns_options(fn: str, ns_coefficients: Any, ns_steps: Any, eps: Any, adj
     try:
         coeffs = tuple(float(v) for v in ns_coefficients)
     except (TypeError, ValueError):
-        raise TypeError(f"{fn}: argument 'ns_coefficients' must be a tuple of three numbers, got {ns_coefficients!r}")
+        raise TypeError(
+            f"{fn}: argument 'ns_coefficients' must be a tuple of three numbers, got {ns_coefficients!r}"
+        ) from None
     if len(coeffs) != 3 or not all(math.isfinite(v) for v in coeffs):
         raise ValueError(f"{fn}: argument 'ns_coefficients' must be three finite numbers, got {ns_coefficients!r}")
     if isinstance(ns_steps, bool) or not isinstance(ns_steps, (int, np.integer)) or not 0 <= ns_steps < 100:

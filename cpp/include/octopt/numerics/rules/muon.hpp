@@ -33,14 +33,19 @@ struct OptimRule<OptimKind::muon> : RuleDefaults {
       s.bc2 = float(1.0 - ::pow(hp.momentum, t + 1.0));
     }
   }
+  // torch's vectorized CPU lerp: fma(w, b - a, a) for w < 0.5, else fma(w - 1, b - a, b). Newton-Schulz runs in
+  // bfloat16, which would turn a last-bit difference of D into a bfloat16 one, so D follows torch's roundings.
+  static OCTOPT_HD float lerp_fused(float a, float b, float w) {
+    return w < 0.5f ? rule_fma(w, b - a, a) : rule_fma(w - 1.0f, b - a, b);
+  }
   // returns the direction D; the parameter argument (D's previous value) is not read
   static OCTOPT_HD float update(const SlotScalars& h, float, float g, float& s0, float&, float&, float*) {
     if (h.flags & kBiasCorrected) {  // optax: mu = (1 - b) g + b mu, then bias-corrected (Nesterov: two terms)
       s0 = h.one_minus_beta1 * g + h.beta1 * s0;
       return (h.flags & kNesterov) ? h.beta1 * (s0 / h.bc2) + h.one_minus_beta1 * (g / h.bc1) : s0 / h.bc1;
     }
-    s0 = rule_lerp(s0, g, h.one_minus_beta1);  // torch: buf.lerp_(grad, 1 - momentum)
-    return (h.flags & kNesterov) ? rule_lerp(g, s0, h.beta1) : s0;
+    s0 = lerp_fused(s0, g, h.one_minus_beta1);  // torch: buf.lerp_(grad, 1 - momentum)
+    return (h.flags & kNesterov) ? lerp_fused(g, s0, h.beta1) : s0;
   }
 };
 
