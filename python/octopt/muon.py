@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from . import _arrays, _octopt
+from . import _arrays, _hparams, _octopt
 from .optimizer import Optimizer, _fill
 
 # Keller Jordan's quintic coefficients, torch.optim.Muon's defaults
@@ -100,6 +100,7 @@ class Muon(Optimizer):
     float32, torch arrays in bfloat16 as torch.optim.Muon."""
 
     kind = "muon"
+    defaults = _hparams.defaults("muon")
 
     def __init__(
         self,
