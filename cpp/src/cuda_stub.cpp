@@ -2,6 +2,7 @@
 #include <stdexcept>
 
 #include "octopt/blockwise.hpp"
+#include "octopt/muon.hpp"
 #include "octopt/optim.hpp"
 #include "octopt/runtime.hpp"
 
@@ -30,6 +31,10 @@ void quantize_blockwise(const void*, DType, std::int64_t, const Codebook&, int, 
 
 void dequantize_blockwise(const std::uint8_t*, const float*, std::int64_t, const Codebook&, int, int, DType, void*,
                           cudaStream_t, int) {
+  no_cuda();
+}
+
+void muon_apply(void*, DType, const void*, DType, std::int64_t, double, double, cudaStream_t, int, const char*) {
   no_cuda();
 }
 

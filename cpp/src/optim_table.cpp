@@ -79,6 +79,7 @@ OptimDef def_of() {
   for (const SlotSpec& s : R::slots) d.slots.push_back({s.name, s.is_signed, s.first_moment});
   d.options.assign(R::options.begin(), R::options.end());
   for (const HParamValue& v : R::defaults) set_hparam(d.defaults, v.id, v.value);
+  d.direction_step = R::direction_step;
   return d;
 }
 

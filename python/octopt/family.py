@@ -5,6 +5,7 @@ others as their papers define them. ``bits`` (32, 8 or 4) sets the state width."
 from __future__ import annotations
 
 from . import _hparams
+from .muon import Muon
 from .optimizer import Optimizer
 
 
@@ -18,6 +19,8 @@ def _make(entry: dict) -> type:
     )
 
 
-ALL = tuple(_make(e) for e in _hparams.TABLE.values())
+# An optimizer whose step leaves a matrix operation to the caller (the table's direction_step: Muon) has a
+# class of its own that wraps the core step (muon.py).
+ALL = tuple(_make(e) for e in _hparams.TABLE.values() if not e["direction_step"]) + (Muon,)
 globals().update({cls.__name__: cls for cls in ALL})
 __all__ = [cls.__name__ for cls in ALL]

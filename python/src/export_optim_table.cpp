@@ -34,6 +34,7 @@ nb::dict optim_entry(const octopt::OptimDef& o) {
   e["name"] = o.name;
   e["class_name"] = o.class_name;
   e["summary"] = o.summary;
+  e["direction_step"] = o.direction_step;
   nb::list slots;
   for (const auto& s : o.slots) slots.append(nb::make_tuple(s.name, s.is_signed, s.first_moment));
   e["slots"] = slots;

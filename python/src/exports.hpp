@@ -7,6 +7,7 @@ namespace nb = nanobind;
 void export_runtime(nb::module_& m);
 void export_qmap(nb::module_& m);
 void export_blockwise(nb::module_& m);
+void export_muon(nb::module_& m);
 void export_optim_table(nb::module_& m);
 void export_step_plan(nb::module_& m);
 void export_state_io(nb::module_& m);

@@ -7,6 +7,7 @@ NB_MODULE(_octopt, m) {
   export_runtime(m);
   export_qmap(m);
   export_blockwise(m);
+  export_muon(m);
   export_optim_table(m);
   export_step_plan(m);
   export_state_io(m);

@@ -2,6 +2,7 @@
 // Umbrella header of the octopt C++ API.
 #include "blockwise.hpp"
 #include "dtype.hpp"
+#include "muon.hpp"
 #include "optim_table.hpp"
 #include "optimizer.hpp"
 #include "qmap.hpp"

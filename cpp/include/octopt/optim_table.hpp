@@ -74,6 +74,7 @@ struct OptimDef {
   int num_betas;         // 0, 2 or 3 entries in `betas`
   HyperParams defaults;  // the optimizer's defaults; the common ones where it takes no option
   double initial_accumulator_value = 0.0;
+  bool direction_step = false;  // the step writes a direction the caller finishes (Muon: OptimRule::direction_step)
 };
 
 const std::vector<OptimDef>& optim_defs();

@@ -52,7 +52,7 @@ def _eight_bit(base: type) -> type:
     return type(base.__name__ + "8bit", (base,), {"_default_bits": 8, "__doc__": doc, "__module__": base.__module__})
 
 
-_BASE = [_make(e) for e in _hparams.TABLE.values()]
+_BASE = [_make(e) for e in _hparams.TABLE.values() if not e["direction_step"]]  # Muon: _muon.py
 ALL = tuple(_BASE) + tuple(_eight_bit(c) for c in _BASE)
 globals().update({c.__name__: c for c in ALL})
 __all__ = [c.__name__ for c in ALL]

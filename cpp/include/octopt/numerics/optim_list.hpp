@@ -15,4 +15,5 @@
   X(lamb)                    \
   X(lars)                    \
   X(radam)                   \
-  X(nadam)
+  X(nadam)                   \
+  X(muon)

@@ -10,7 +10,9 @@
 //   scalars(s, hp, t)               its changes to the common per-step scalars (hyper_params.hpp: scalars_for_step)
 //   update(h, p, g, s0, s1, s2, u)  its per-element rule: the new parameter, the states updated in place
 // Optional (RuleDefaults): bounds (tighter ranges of shared hyper-parameters), trust (a per-tensor trust ratio),
-// tensor_scalars (per-tensor scalar state beside the slots, with its initial value).
+// tensor_scalars (per-tensor scalar state beside the slots, with its initial value), direction_step (the step's
+// "parameter" is a direction the caller finishes with a matrix operation, as Muon's Newton-Schulz: front ends wrap
+// the core optimizer in a class of their own instead of exposing it).
 // A rule that leaves out a required part fails to compile where the dispatch reads it (optim_rules.hpp).
 #include <array>
 
@@ -70,6 +72,7 @@ struct RuleDefaults {
   static constexpr std::array<HParamBound, 0> bounds{};
   static constexpr TrustRatio trust = TrustRatio::none;
   static constexpr std::array<TensorScalarDef, 0> tensor_scalars{};
+  static constexpr bool direction_step = false;
   static OCTOPT_HD void scalars(SlotScalars&, const HyperParams&, double) {}
 };
 

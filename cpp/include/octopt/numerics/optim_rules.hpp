@@ -17,6 +17,7 @@
 #include "rules/lamb.hpp"
 #include "rules/lars.hpp"
 #include "rules/lion.hpp"
+#include "rules/muon.hpp"
 #include "rules/nadam.hpp"
 #include "rules/radam.hpp"
 #include "rules/rmsprop.hpp"
