@@ -209,6 +209,11 @@ def case_create_unknown_name(lib):
     return _result(lib, lib.octopt_optimizer_create(b"adamx", C.byref(h)))
 
 
+def case_create_direction_step(lib):
+    h = _P()
+    return _result(lib, lib.octopt_optimizer_create(b"muon", C.byref(h)))
+
+
 def case_null_handle(lib):
     return _result(lib, lib.octopt_set(None, b"lr", 0.1))
 

@@ -113,6 +113,11 @@ C_ONLY = {
         "value",
         "octopt_optimizer_create: argument 'name' is 'adamx', which is no optimizer of the table (adam, adamw, ",
     ),
+    "create_direction_step": (
+        "value",
+        "octopt_optimizer_create: argument 'name' is 'muon', whose step writes a direction for the caller's "
+        "orthogonalization, which the C API does not run; step it with the C++ or Python API (docs/muon.md)",
+    ),
     "null_handle": ("null", "octopt_set: argument 'opt' is NULL"),
     "step_null_handle": ("null", "step: argument 'opt' is NULL"),
     "param_dtype_code": (

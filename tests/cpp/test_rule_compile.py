@@ -24,9 +24,9 @@ _MUON_RULE = """#pragma once
 #include "../optim_rule.hpp"
 namespace octopt {
 template <>
-struct OptimRule<OptimKind::muon> : RuleDefaults {
-  static constexpr const char* name = "muon";
-  static constexpr const char* class_name = "Muon";
+struct OptimRule<OptimKind::example> : RuleDefaults {
+  static constexpr const char* name = "example";
+  static constexpr const char* class_name = "Example";
   static constexpr const char* summary = "test";
   static constexpr SlotSpec slots[] = {SLOTS};
   static constexpr std::array options{"lr"};
@@ -45,17 +45,17 @@ def _list_entry(root: Path) -> None:
     path = root / "octopt" / "numerics" / "optim_list.hpp"
     text = path.read_text()
     assert "  X(nadam)" in text
-    path.write_text(text.replace("  X(nadam)", "  X(nadam) X(muon)"))
+    path.write_text(text.replace("  X(nadam)", "  X(nadam) X(example)"))
 
 
 def _rule_file(root: Path, slots: str = '{"momentum_buffer", true, true}', update: str = _UPDATE) -> None:
-    (root / "octopt" / "numerics" / "rules" / "muon.hpp").write_text(
+    (root / "octopt" / "numerics" / "rules" / "example.hpp").write_text(
         _MUON_RULE.replace("SLOTS", slots).replace("UPDATE", update)
     )
     path = root / "octopt" / "numerics" / "optim_rules.hpp"
     text = path.read_text()
     assert '#include "rules/sgd.hpp"' in text
-    path.write_text(text.replace('#include "rules/sgd.hpp"', '#include "rules/sgd.hpp"\n#include "rules/muon.hpp"'))
+    path.write_text(text.replace('#include "rules/sgd.hpp"', '#include "rules/sgd.hpp"\n#include "rules/example.hpp"'))
 
 
 def _unchanged(root: Path) -> None:
@@ -89,8 +89,8 @@ def _complete_new_rule(root: Path) -> None:
 CASES = {
     "unchanged": (_unchanged, True, None),
     "new optimizer, list entry and definition": (_complete_new_rule, True, None),
-    "listed without definition": (_listed_without_rule, False, "OptimRule<octopt::OptimKind::muon>"),
-    "definition without list entry": (_rule_without_entry, False, "muon"),
+    "listed without definition": (_listed_without_rule, False, "OptimRule<octopt::OptimKind::example>"),
+    "definition without list entry": (_rule_without_entry, False, "example"),
     "definition without update": (_rule_without_update, False, "update"),
     "more slots than kMaxStateSlots": (_too_many_slots, False, "kMaxStateSlots"),
 }

@@ -15,6 +15,8 @@ from octopt import _hparams
 
 KINDS = list(_hparams.TABLE)
 SHAPES = ((4097,), (33, 65))
+# a direction step (Muon) orthogonalizes matrices: the first size as a matrix
+MATRIX_SHAPES = ((17, 241), (33, 65))
 # options that give every state slot a use
 EXTRA = {
     "sgd": {"momentum": 0.9},
@@ -29,14 +31,18 @@ def _options(kind: str, bits: int) -> dict:
     return {"lr": 1e-3, "bits": bits, "min_8bit_size": 0, "seed": 11, **EXTRA.get(kind, {})}
 
 
-def _initial() -> list[np.ndarray]:
+def _shapes(kind: str) -> tuple:
+    return MATRIX_SHAPES if _hparams.TABLE[kind]["direction_step"] else SHAPES
+
+
+def _initial(kind: str) -> list[np.ndarray]:
     rng = np.random.default_rng(5)
-    return [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+    return [rng.standard_normal(s).astype(np.float32) for s in _shapes(kind)]
 
 
-def _grads(step: int) -> list[np.ndarray]:
+def _grads(kind: str, step: int) -> list[np.ndarray]:
     rng = np.random.default_rng(100 + step)
-    return [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+    return [rng.standard_normal(s).astype(np.float32) for s in _shapes(kind)]
 
 
 def _class(module, kind: str) -> type:
@@ -47,19 +53,19 @@ def _class(module, kind: str) -> type:
 @pytest.mark.parametrize("kind", KINDS)
 def test_state_file_resume_is_bit_identical(tmp_path, kind, bits):
     cls, kw = _class(octopt, kind), _options(kind, bits)
-    params = _initial()
+    params = _initial(kind)
     opt = cls(params, **kw)
     for s in range(BEFORE):
-        opt.step(_grads(s))
+        opt.step(_grads(kind, s))
     opt.save(tmp_path / "opt.safetensors")
     twins = [p.copy() for p in params]
     for s in range(BEFORE, BEFORE + AFTER):
-        opt.step(_grads(s))
+        opt.step(_grads(kind, s))
     resumed = cls(twins, **kw)
     resumed.load(tmp_path / "opt.safetensors")
     assert [s["bits"] for s in resumed.state_layout()[0]["slots"].values()][0] == bits
     for s in range(BEFORE, BEFORE + AFTER):
-        resumed.step(_grads(s))
+        resumed.step(_grads(kind, s))
     for a, b in zip(params, twins):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
     for sa, sb in zip(opt.state_dict()["state"], resumed.state_dict()["state"]):
@@ -79,11 +85,11 @@ def test_torch_save_resume_is_bit_identical(kind, bits):
 
     def run(params, opt, steps):
         for s in steps:
-            for p, g in zip(params, _grads(s)):
+            for p, g in zip(params, _grads(kind, s)):
                 p.grad = torch.from_numpy(g)
             opt.step()
 
-    params = [torch.nn.Parameter(torch.from_numpy(a)) for a in _initial()]
+    params = [torch.nn.Parameter(torch.from_numpy(a)) for a in _initial(kind)]
     opt = cls(params, **kw)
     run(params, opt, range(BEFORE))
     buf = io.BytesIO()

@@ -193,6 +193,12 @@ int octopt_optimizer_create(const char* name, octopt_optimizer** out) {
       throw std::invalid_argument(std::string(fn) + ": argument 'name' is '" + name +
                                   "', which is no optimizer of the table (" + names + ")");
     }
+    // a direction step (Muon) writes a direction into the "parameter" for a matrix step the caller runs: stepping it
+    // here would overwrite the parameter with its momentum
+    if (def->direction_step)
+      throw std::invalid_argument(std::string(fn) + ": argument 'name' is '" + name +
+                                  "', whose step writes a direction for the caller's orthogonalization, which the C "
+                                  "API does not run; step it with the C++ or Python API (docs/muon.md)");
     auto o = std::make_unique<octopt_optimizer>();
     o->def = def;
     o->hp = def->defaults;
