@@ -1,7 +1,8 @@
 """State dicts of octopt.torch in torch's format, and import of torch.optim and bitsandbytes state dicts.
 
-Every source state is turned into what this optimizer stores: equal layouts are copied as they are, others
-pass through float32 (dequantized with the source's own map and block size, requantized with ours).
+Key maps only: which key holds which slot, absmax, map and step. Every source slot is handed to the core
+(_slot_convert, cpp/include/octopt/state_convert.hpp) with the layout its keys describe, and the core checks it
+and turns it into what this optimizer stores (equal layouts as they are, others through float32).
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import _bnb_keys, _hparams, maps
-from ..functional import dequantize_blockwise, quantize_blockwise
+from .. import _bnb_keys, _hparams, _slot_convert
 from ..optimizer import _TensorState
 from . import _dcp, _dist
 
@@ -67,8 +67,10 @@ def param_state(t: _TensorState, dist: Any = None, quantized: bool = True) -> di
             if t.info.size == 0:  # an empty shard (more ranks than rows): nothing to dequantize
                 data = torch.zeros(0, dtype=torch.float32, device=t.param.device)
             elif absmax is not None:
-                q = t._owner.slot_map(spec)
-                data = dequantize_blockwise(data, absmax, q, spec.block_size, spec.bits, shape=(t.info.size,))
+                values, _ = _slot_convert.convert(
+                    t.info.size, slot_form(t._owner, spec), data, absmax, _slot_convert.FLOAT, "state_dict", [spec.name]
+                )
+                data = torch.from_numpy(values).to(t.param.device)
             out[spec.name] = _dist.as_dtensor(data.view(t.param.shape), dist)
             continue
         out[spec.name] = data if spec.bits == 4 else data.view(t.param.shape)
@@ -362,11 +364,10 @@ def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) 
             out += _initial(core, t, [spec.name])
             continue
         v = _tensor(v, where, spec.name)
+        keys = [spec.name, spec.name + "_absmax"]
         absmax = entry.get(spec.name + "_absmax")
         if absmax is None:
-            if not v.is_floating_point():
-                raise ValueError(f"{where}: '{spec.name}' is {v.dtype} without '{spec.name}_absmax'")
-            out += _into(core, t, spec, v, None, where)
+            out += _into(core, t, spec, _slot_convert.FLOAT, v, None, where, keys)
             continue
         absmax = _tensor(absmax, where, spec.name + "_absmax")
         src = lay.get(spec.name) if isinstance(lay, dict) else None
@@ -375,12 +376,14 @@ def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) 
             bits, block_size = int(src[0]), int(src[1])
             if len(src) > 2:
                 state_map = src[2]
-        else:
-            bits, block_size = _infer_quantized(t.info.size, v.numel(), absmax.numel(), spec, where)
+        else:  # a state dict without octopt's metadata: the layout its sizes fit (ours, then the defaults)
+            bits = _slot_convert.infer_bits(t.info.size, v.numel(), where, keys)
+            candidates = [spec.block_size, 256 if bits == 8 else 128] + [1 << k for k in range(5, 13)]
+            block_size = _slot_convert.infer_block_size(t.info.size, absmax.numel(), candidates, where, keys)
         if state_map not in _hparams.STATE_MAPS or (state_map == "fp8" and bits != 8):
             raise ValueError(f"{where}: '{spec.name}' has state map {state_map!r} for {bits}-bit codes in the metadata")
         q = core.slot_map(type(spec)(spec.index, spec.name, spec.signed, bits, block_size, state_map))
-        out += _into(core, t, spec, v, (absmax, bits, block_size, q), where)
+        out += _into(core, t, spec, _slot_convert.form(bits, block_size, q), v, absmax, where, keys)
     return out
 
 
@@ -417,64 +420,30 @@ def _from_dcp(core: Any, t: _TensorState, entry: dict, dist: Any, where: str) ->
                 raise ValueError(f"{where} lacks '{spec.name}'")
             local_v = _local_entry({spec.name: v}, dist, t, where)[spec.name]
             if t.info.size:
-                out += _into(core, t, spec, _tensor(local_v, where, spec.name), None, where)
+                local_v = _tensor(local_v, where, spec.name)
+                out += _into(core, t, spec, _slot_convert.FLOAT, local_v, None, where, [spec.name])
             continue
-        values, absmax, bits, block_size, q = _dcp.local_slot(core, t, spec, entry, info, dist, lay, where)
-        if t.info.size == 0:
-            continue
-        out += _into(core, t, spec, values, None if absmax is None else (absmax, bits, block_size, q), where)
+        src, codes, absmax = _dcp.local_slot(core, t, spec, entry, info, dist, lay, where)
+        out += _into(core, t, spec, src, codes, absmax, where, [spec.name, spec.name + "_absmax"])
     return out, int(meta.get("global_step", 0))
 
 
-def _infer_quantized(n: int, n_codes: int, n_blocks: int, spec: Any, where: str) -> tuple[int, int]:
-    bits = 8 if n_codes == n else 4 if n_codes == (n + 1) // 2 else 0
-    if bits == 0:
-        raise ValueError(
-            f"{where}: '{spec.name}' has {n_codes} codes, which fits neither 8-bit ({n}) nor 4-bit "
-            f"({(n + 1) // 2}) codes of the parameter"
-        )
-    candidates = [spec.block_size, 256 if bits == 8 else 128] + [1 << k for k in range(5, 13)]
-    for bs in candidates:
-        if -(-n // bs) == n_blocks:
-            return bits, bs
-    raise ValueError(f"{where}: '{spec.name}_absmax' has {n_blocks} blocks, which fits no block size")
-
-
-def _into(core: Any, t: _TensorState, spec: Any, values: torch.Tensor, quant: tuple | None, where: str) -> list:
-    """Copies that put a source state (float values, or codes with (absmax, bits, block_size, map)) into
-    slot `spec` of t, converting through float32 when the layouts differ."""
-    n = t.info.size
-    data, absmax = t.buffers[spec.index]
-    if quant is not None:
-        src_absmax, bits, block_size, q = quant
-        n_codes = (n + 1) // 2 if bits == 4 else n
-        if values.dtype != torch.uint8 or values.numel() != n_codes:
-            raise ValueError(
-                f"{where}: '{spec.name}' must hold {n_codes} uint8 codes ({bits}-bit), got "
-                f"{values.numel()} of {values.dtype}"
-            )
-        n_blocks = -(-n // block_size)
-        if src_absmax.dtype != torch.float32 or src_absmax.numel() != n_blocks:
-            raise ValueError(
-                f"{where}: '{spec.name}' absmax must hold {n_blocks} float32 values (block size "
-                f"{block_size}), got {src_absmax.numel()} of {src_absmax.dtype}"
-            )
-        if (bits, block_size) == (spec.bits, spec.block_size) and np.array_equal(q, core.slot_map(spec)):
-            return [(data, values.reshape(-1)), (absmax, src_absmax.reshape(-1))]
-        codes = values.to("cpu").reshape(-1).contiguous()
-        am = src_absmax.to("cpu").reshape(-1).contiguous()
-        values = dequantize_blockwise(codes, am, q, block_size, bits, shape=(n,))
-    if not values.is_floating_point() or values.numel() != n:
-        raise ValueError(
-            f"{where}: '{spec.name}' must hold {n} floating-point values, got {values.numel()} of {values.dtype}"
-        )
+def slot_form(core: Any, spec: Any) -> Any:
+    """The layout this optimizer stores slot ``spec`` in."""
     if spec.bits == 32:
-        return [(data, values.reshape(-1))]
-    f32 = values.to("cpu", torch.float32).reshape(-1).contiguous()
-    if not bool(torch.isfinite(f32).all()):
-        raise ValueError(f"{where}: '{spec.name}' holds NaN or Inf")
-    codes, am = quantize_blockwise(f32, core.slot_map(spec), spec.block_size, spec.bits)
-    return [(data, codes.reshape(-1)), (absmax, am)]
+        return _slot_convert.FLOAT
+    return _slot_convert.form(spec.bits, spec.block_size, core.slot_map(spec))
+
+
+def _into(core: Any, t: _TensorState, spec: Any, src: Any, values: Any, absmax: Any, where: str, keys: list) -> list:
+    """Copies that put a slot given in layout ``src`` (values, and absmax when quantized) into slot ``spec``
+    of t: the core checks it and converts it to this optimizer's layout."""
+    data, am = t.buffers[spec.index]
+    v, a = _slot_convert.convert(t.info.size, src, values, absmax, slot_form(core, spec), where, keys)
+    out = [(data, torch.from_numpy(v))]
+    if am is not None:
+        out.append((am, torch.from_numpy(a)))
+    return out
 
 
 def _from_bnb(core: Any, t: _TensorState, entry: dict, kind: str, where: str) -> list:
@@ -517,42 +486,29 @@ def _from_bnb(core: Any, t: _TensorState, entry: dict, kind: str, where: str) ->
                 )
             v = v[row]
         if v.dtype != torch.uint8:
-            out += _into(core, t, spec, v, None, where)
+            out += _into(core, t, spec, _slot_convert.FLOAT, v, None, where, ["state" + k])
             continue
         qmap = flat.get("qmap" + k)
         if qmap is None:
             raise ValueError(f"{where} has 8-bit 'state{k}' but lacks 'qmap{k}'")
-        qmap = _tensor(qmap, where, "qmap" + k).to("cpu", torch.float32).reshape(-1)
-        if qmap.numel() != 256:
-            raise ValueError(f"{where}: 'qmap{k}' must hold 256 values, got {qmap.numel()}")
+        qmap = _tensor(qmap, where, "qmap" + k).to("cpu", torch.float32).numpy()
         if flat.get("absmax" + k) is None:
-            out += _into(core, t, spec, _per_tensor(flat, k, row, v, qmap, where), None, where)
+            # quantized per tensor (block_wise=False, bitsandbytes' LAMB8bit's and LARS8bit's default before
+            # 0.45): one scale, 'max' (its 'new_max' is the scratch of the next step)
+            scale = flat.get("max" + k)
+            if scale is None:
+                raise ValueError(f"{where} has 8-bit 'state{k}' but neither 'absmax{k}' nor 'max{k}'")
+            scale = _tensor(scale, where, "max" + k).to("cpu", torch.float32).reshape(-1)
+            if row is not None and scale.numel() == 2:
+                scale = scale[row : row + 1]
+            src = _slot_convert.form(8, 0, qmap)
+            out += _into(core, t, spec, src, v, scale, where, ["state" + k, "max" + k, "qmap" + k])
             continue
         absmax = _tensor(flat["absmax" + k], where, "absmax" + k)
         if row is not None:
             absmax = absmax[row] if absmax.dim() == 2 and absmax.shape[0] == 2 else absmax
-        q = maps.resolve(qmap.numpy(), 8, f"{where}: 'qmap{k}'", arg="qmap" + k)
-        n = t.info.size
+        keys = ["state" + k, "absmax" + k, "qmap" + k]
         # bitsandbytes' block-wise 8-bit optimizers use blocks of 256 (2048 in older releases)
-        block_size = next((bs for bs in (256, 2048) if -(-n // bs) == absmax.numel()), None)
-        if block_size is None:
-            raise ValueError(
-                f"{where}: 'absmax{k}' has {absmax.numel()} blocks; bitsandbytes' block size 256 gives {-(-n // 256)}"
-            )
-        out += _into(core, t, spec, v, (absmax, 8, block_size, q), where)
+        block_size = _slot_convert.infer_block_size(t.info.size, absmax.numel(), (256, 2048), where, keys)
+        out += _into(core, t, spec, _slot_convert.form(8, block_size, qmap), v, absmax, where, keys)
     return out
-
-
-def _per_tensor(flat: dict, k: str, row: Any, codes: torch.Tensor, qmap: torch.Tensor, where: str) -> torch.Tensor:
-    """The float32 values of a state that bitsandbytes quantized per tensor (block_wise=False, its
-    LAMB8bit's and LARS8bit's default before 0.45): qmap[code] * max, where 'max' is the scale the codes
-    were written with ('new_max' is the scratch of the next step)."""
-    scale = flat.get("max" + k)
-    if scale is None:
-        raise ValueError(f"{where} has 8-bit 'state{k}' but neither 'absmax{k}' nor 'max{k}'")
-    scale = _tensor(scale, where, "max" + k).to("cpu", torch.float32).reshape(-1)
-    if row is not None and scale.numel() == 2:
-        scale = scale[row : row + 1]
-    if scale.numel() != 1 or not bool(torch.isfinite(scale).all()) or float(scale) < 0:
-        raise ValueError(f"{where}: 'max{k}' must be one finite non-negative float32 value, got {scale.tolist()}")
-    return qmap[codes.to("cpu").reshape(-1).long()] * scale
