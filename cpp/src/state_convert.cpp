@@ -23,7 +23,9 @@ std::string map_key(const SlotNames& nm) { return nm.map.empty() ? nm.values + "
 
 const char* elem_str(SlotElem e, const char* name) { return e == SlotElem::other && name ? name : slot_elem_name(e); }
 
-bool is_float(SlotElem e) { return e == SlotElem::f32 || e == SlotElem::f64 || e == SlotElem::f16 || e == SlotElem::bf16; }
+bool is_float(SlotElem e) {
+  return e == SlotElem::f32 || e == SlotElem::f64 || e == SlotElem::f16 || e == SlotElem::bf16;
+}
 
 float value_at(const SlotSource& s, std::int64_t i) {
   switch (s.elem) {
@@ -192,8 +194,8 @@ void check_slot_form(std::int64_t n, const SlotForm& f, bool source, const SlotN
     fail(nm, nm.values, "has " + std::to_string(f.bits) + "-bit state; expected 32, 8 or 4 bits");
   if (f.bits == 32) return;
   const bool one_scale = source && f.block_size == 0;
-  if (!one_scale && (f.block_size < kMinBlockSize || f.block_size > kMaxBlockSize ||
-                     (f.block_size & (f.block_size - 1)) != 0))
+  if (!one_scale &&
+      (f.block_size < kMinBlockSize || f.block_size > kMaxBlockSize || (f.block_size & (f.block_size - 1)) != 0))
     fail(nm, nm.absmax,
          "has block size " + std::to_string(f.block_size) + "; expected a power of two in [32, 4096]" +
              (source ? " (or 0: one scale)" : ""));
@@ -264,7 +266,8 @@ void convert_slot(std::int64_t n, const SlotForm& from, const SlotSource& src, c
       const auto k = std::size_t(std::upper_bound(seg.begin(), seg.end(), a) - seg.begin() - 1);
       if ((a - seg[k]) % to.block_size != 0 || std::min(a + to.block_size, seg[k + 1]) != e) continue;
       absmax[b] = src.absmax[base[k] + (a - seg[k]) / to.block_size];
-      std::copy(saved.begin() + (a - from.offset), saved.begin() + (e - from.offset), codes.begin() + (a - from.offset));
+      std::copy(saved.begin() + (a - from.offset), saved.begin() + (e - from.offset),
+                codes.begin() + (a - from.offset));
     }
     write_codes(codes.data(), n, to.bits == 4 && to.packed, out_codes);
     std::copy(absmax.begin(), absmax.end(), dst.absmax);
