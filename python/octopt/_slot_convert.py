@@ -38,6 +38,15 @@ def convert(n: int, src: Any, values: Any, absmax: Any, dst: Any, where: str, ke
     return out_v, out_a
 
 
+def export(plan: Any, index: int, slot: int, n: int, dst: Any, where: str, keys: list) -> tuple:
+    """(values, absmax) as NumPy arrays: slot ``slot`` of tensor ``index`` (n elements) of a core StepPlan in
+    layout ``dst``."""
+    out_v = np.empty(_octopt.slot_values_count(n, dst), np.float32 if dst.bits == 32 else np.uint8)
+    out_a = None if dst.bits == 32 else np.empty(_octopt.slot_absmax_count(n, dst), np.float32)
+    plan.export_slot(index, slot, dst, out_v, out_a, where, list(keys))
+    return out_v, out_a
+
+
 def infer_bits(n: int, code_bytes: int, where: str, keys: list) -> int:
     """8 or 4: the bits of codes that take ``code_bytes`` bytes for n elements."""
     return _octopt.infer_code_bits(n, code_bytes, where, list(keys))

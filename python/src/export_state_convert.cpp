@@ -11,89 +11,23 @@
 
 #include "array_ref.hpp"
 #include "exports.hpp"
+#include "slot_arrays.hpp"
 #include "octopt/state_convert.hpp"
 
 namespace {
 
-using HostIn = nb::ndarray<nb::ro, nb::device::cpu>;
-using HostOut = nb::ndarray<nb::device::cpu>;
 using HostMap = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-// The element type of an array and, for the types a slot never holds, its name for messages.
-octopt::SlotElem elem_of(const ArrayRef& r, std::string& name) {
-  const auto& t = r.dtype;
-  const auto code = nb::dlpack::dtype_code(t.code);
-  if (t.lanes == 1 && code == nb::dlpack::dtype_code::Float && t.bits == 32) return octopt::SlotElem::f32;
-  if (t.lanes == 1 && code == nb::dlpack::dtype_code::Float && t.bits == 64) return octopt::SlotElem::f64;
-  if (t.lanes == 1 && code == nb::dlpack::dtype_code::Float && t.bits == 16) return octopt::SlotElem::f16;
-  if (t.lanes == 1 && code == nb::dlpack::dtype_code::Bfloat && t.bits == 16) return octopt::SlotElem::bf16;
-  if (t.lanes == 1 && code == nb::dlpack::dtype_code::UInt && t.bits == 8) return octopt::SlotElem::u8;
-  switch (code) {
-    case nb::dlpack::dtype_code::Int:
-      name = "int";
-      break;
-    case nb::dlpack::dtype_code::UInt:
-      name = "uint";
-      break;
-    case nb::dlpack::dtype_code::Float:
-      name = "float";
-      break;
-    case nb::dlpack::dtype_code::Complex:
-      name = "complex";
-      break;
-    case nb::dlpack::dtype_code::Bool:
-      name = "bool";
-      return octopt::SlotElem::other;
-    default:
-      name = "dtype code " + std::to_string(int(t.code)) + " of ";
-  }
-  name += std::to_string(int(t.bits));
-  return octopt::SlotElem::other;
-}
-
-octopt::SlotNames names_of(const std::string& where, const std::vector<std::string>& keys) {
-  octopt::SlotNames nm;
-  nm.where = where;
-  if (keys.size() > 0) nm.values = keys[0];
-  if (keys.size() > 1) nm.absmax = keys[1];
-  if (keys.size() > 2) nm.map = keys[2];
-  return nm;
-}
 
 // n elements of `values` (and `absmax`) in form `src` into `out_values` (and `out_absmax`) in form `dst`.
 void convert(std::int64_t n, const octopt::SlotForm& src, HostIn values, std::optional<HostIn> absmax,
              const octopt::SlotForm& dst, HostOut out_values, std::optional<HostOut> out_absmax,
              const std::string& where, const std::vector<std::string>& keys) {
   const octopt::SlotNames nm = names_of(where, keys);
-  const char* fn = "convert_slot";
-  std::string vname, aname;
-  const ArrayRef vr = array_ref(values, fn, "values");
-  octopt::SlotSource s;
-  s.values = vr.data;
-  s.elem = elem_of(vr, vname);
-  s.elem_name = vname.c_str();
-  s.count = vr.size;
-  if (absmax) {
-    const ArrayRef ar = array_ref(*absmax, fn, "absmax");
-    s.absmax_elem = elem_of(ar, aname);
-    s.absmax_elem_name = aname.c_str();
-    static const float given = 0.0f;  // an empty absmax is still one that was given
-    s.absmax = ar.data ? static_cast<const float*>(ar.data) : &given;
-    s.absmax_count = ar.size;
-  }
-  const ArrayRef ov = array_ref(out_values, fn, "out_values");
-  const bool codes = dst.bits != 32;
-  require_dtype(ov, codes ? nb::dtype<std::uint8_t>() : nb::dtype<float>(), codes ? "uint8" : "float32", fn,
-                "out_values");
-  octopt::SlotTarget t{ov.data, ov.size, nullptr, 0};
-  if (out_absmax) {
-    const ArrayRef oa = array_ref(*out_absmax, fn, "out_absmax");
-    require_dtype(oa, nb::dtype<float>(), "float32", fn, "out_absmax");
-    t.absmax = static_cast<float*>(oa.data);
-    t.absmax_count = oa.size;
-  }
+  SlotArrays in;
+  const octopt::SlotSource src_arrays = slot_source(values, absmax, "convert_slot", in);
+  const octopt::SlotTarget t = slot_target(dst, out_values, out_absmax, "convert_slot");
   nb::gil_scoped_release release;
-  octopt::convert_slot(n, src, s, dst, t, nm);
+  octopt::convert_slot(n, src, src_arrays, dst, t, nm);
 }
 
 octopt::SlotForm make_form(int bits, int block_size, std::optional<HostMap> map, bool packed,

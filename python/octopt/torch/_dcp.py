@@ -104,12 +104,6 @@ def _shard_blocks(starts: tuple[int, ...], block_size: int) -> list[int]:
     return [_blocks(starts[i + 1] - starts[i], block_size) for i in range(len(starts) - 1)]
 
 
-def unpack4(packed: torch.Tensor, n: int) -> torch.Tensor:
-    """One 4-bit code per byte from codes packed two per byte (low nibble = even element), on their device."""
-    host = packed.detach().to("cpu").reshape(-1).contiguous().numpy()
-    return torch.from_numpy(_slot_convert.unpack4(host, n)).to(packed.device)
-
-
 def _global(local_value: torch.Tensor, dist: _dist.DistSpec, shape: tuple) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
@@ -163,8 +157,10 @@ def entry(t: Any, dist: _dist.DistSpec, lay: ShardLayout, out: dict, global_step
                 table[base : base + counts[lay.index]] = absmax
                 table = _all_sum(table, dist, lay)
             info["starts"] = list(starts)
-        if spec.bits == 4 and not _packed(lay, 4):
-            codes = unpack4(codes, n)
+        if spec.bits == 4 and not _packed(lay, 4):  # one code per byte, as the core exports them
+            one_per_byte = _slot_convert.form(4, bs, q, packed=False)
+            loose, _ = _slot_convert.export(t._owner._plan, t._index, spec.index, n, one_per_byte, "state_dict", [])
+            codes = torch.from_numpy(loose).to(data.device)
         if spec.bits == 4 and _packed(lay, 4):
             out[spec.name] = _global(codes.view(local_rows, lay.row // 2), dist, (lay.rows, lay.row // 2))
         else:
@@ -182,13 +178,13 @@ def _regrid(t: Any, spec: Any, q: Any, lay: ShardLayout, dist: _dist.DistSpec, l
     """(codes of this shard, absmax table) of the slot quantized on the blocks of the global tensor: for a
     tensor with more shards than blocks, whose blocks then do not fit the table. The tensor is small
     (fewer elements than shards times a block), so its values are summed over the shard group whole."""
-    data, absmax = t.buffers[spec.index]
+    absmax = t.buffers[spec.index][1]
     n = t.info.size
-    mine_form = _slot_convert.form(spec.bits, spec.block_size, q)
     where = f"state_dict: '{spec.name}'"
     values = torch.zeros(lay.numel, dtype=torch.float32, device=absmax.device)
     if n:
-        local, _ = _slot_convert.convert(n, mine_form, data, absmax, _slot_convert.FLOAT, where, [spec.name])
+        plan, i = t._owner._plan, t._index
+        local, _ = _slot_convert.export(plan, i, spec.index, n, _slot_convert.FLOAT, where, [spec.name])
         values[lay.offset : lay.offset + n] = torch.from_numpy(local).to(absmax.device)
     values = _all_sum(values, dist, lay)
     one_per_byte = _slot_convert.form(spec.bits, spec.block_size, q, packed=False)

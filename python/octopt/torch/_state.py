@@ -67,9 +67,8 @@ def param_state(t: _TensorState, dist: Any = None, quantized: bool = True) -> di
             if t.info.size == 0:  # an empty shard (more ranks than rows): nothing to dequantize
                 data = torch.zeros(0, dtype=torch.float32, device=t.param.device)
             elif absmax is not None:
-                values, _ = _slot_convert.convert(
-                    t.info.size, slot_form(t._owner, spec), data, absmax, _slot_convert.FLOAT, "state_dict", [spec.name]
-                )
+                plan, n = t._owner._plan, t.info.size
+                values, _ = _slot_convert.export(plan, t._index, spec.index, n, _slot_convert.FLOAT, "state_dict", [])
                 data = torch.from_numpy(values).to(t.param.device)
             out[spec.name] = _dist.as_dtensor(data.view(t.param.shape), dist)
             continue
