@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import _slot_convert
-from . import _dist
+from . import _dist, _slot_copies
 
 META = "octopt"
 FORMAT = 2
@@ -231,6 +231,49 @@ def local_slot(
     if starts[-1] != lay.numel or list(starts) != sorted(starts) or starts[0] != 0:
         raise ValueError(f"{where}: '{name}' has shard starts {list(starts)} for a tensor of {lay.numel} elements")
     return _slot_convert.form(bits, bs, q, packed, starts, lay.offset), codes, table
+
+
+def load_entry(core: Any, t: Any, entry: dict, dist: Any, where: str) -> tuple[list, int]:
+    """Copies that restore a DTensor parameter's state from its quantized state-dict entry (_dcp.py), and
+    the global step it records."""
+    from ._state import local_entry  # _state imports this module
+
+    meta = read_meta(entry[META], where)
+    if dist is None:
+        raise ValueError(
+            f"{where} holds the quantized state of a DTensor parameter, but the parameter is a plain tensor"
+        )
+    lay = shard_layout(dist, t.info.size)
+    if lay is None:
+        raise ValueError(
+            f"{where} holds quantized sharded state, but the parameter's placements {dist.placements} do not "
+            "shard it along dim 0 only"
+        )
+    names = {s.name for s in t.specs}
+    if set(meta["slots"]) != names:
+        raise ValueError(
+            f"{where} has state slots {sorted(meta['slots'])} in the state but {sorted(names)} here; "
+            "was it saved by a different optimizer?"
+        )
+    known = {"step", "mu_product", META} | names | {n + "_absmax" for n in names}
+    unknown = sorted(str(k) for k in entry if k not in known)
+    if unknown:
+        raise ValueError(f"{where} has entries {unknown} that this optimizer does not use")
+    out = []
+    for spec in t.specs:
+        info = meta["slots"][spec.name]
+        if int(info.get("bits", 0)) == 32:
+            v = entry.get(spec.name)
+            if v is None:
+                raise ValueError(f"{where} lacks '{spec.name}'")
+            local_v = local_entry({spec.name: v}, dist, t, where)[spec.name]
+            if t.info.size:
+                local_v = _slot_copies.tensor(local_v, where, spec.name)
+                out += _slot_copies.into(core, t, spec, _slot_convert.FLOAT, local_v, None, where, [spec.name])
+            continue
+        src, codes, absmax = local_slot(core, t, spec, entry, info, dist, lay, where)
+        out += _slot_copies.into(core, t, spec, src, codes, absmax, where, [spec.name, spec.name + "_absmax"])
+    return out, int(meta.get("global_step", 0))
 
 
 class dequantized_state_dict:  # noqa: N801 - used as a function: ``with dequantized_state_dict(opt):``
