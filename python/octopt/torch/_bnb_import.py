@@ -56,7 +56,7 @@ def from_bnb(core: Any, t: _TensorState, entry: dict, kind: str, where: str) -> 
                 )
             v = v[row]
         if v.dtype != torch.uint8:
-            out += into(core, t, spec, _slot_convert.FLOAT, v, None, where, ["state" + k])
+            out += into(t, spec, _slot_convert.FLOAT, v, None, where, ["state" + k])
             continue
         qmap = flat.get("qmap" + k)
         if qmap is None:
@@ -72,7 +72,7 @@ def from_bnb(core: Any, t: _TensorState, entry: dict, kind: str, where: str) -> 
             if row is not None and scale.numel() == 2:
                 scale = scale[row : row + 1]
             src = _slot_convert.form(8, 0, qmap)
-            out += into(core, t, spec, src, v, scale, where, ["state" + k, "max" + k, "qmap" + k])
+            out += into(t, spec, src, v, scale, where, ["state" + k, "max" + k, "qmap" + k])
             continue
         absmax = tensor(flat["absmax" + k], where, "absmax" + k)
         if row is not None:
@@ -80,5 +80,5 @@ def from_bnb(core: Any, t: _TensorState, entry: dict, kind: str, where: str) -> 
         keys = ["state" + k, "absmax" + k, "qmap" + k]
         # bitsandbytes' block-wise 8-bit optimizers use blocks of 256 (2048 in older releases)
         block_size = _slot_convert.infer_block_size(t.info.size, absmax.numel(), (256, 2048), where, keys)
-        out += into(core, t, spec, _slot_convert.form(8, block_size, qmap), v, absmax, where, keys)
+        out += into(t, spec, _slot_convert.form(8, block_size, qmap), v, absmax, where, keys)
     return out

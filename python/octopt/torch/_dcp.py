@@ -269,10 +269,10 @@ def load_entry(core: Any, t: Any, entry: dict, dist: Any, where: str) -> tuple[l
             local_v = local_entry({spec.name: v}, dist, t, where)[spec.name]
             if t.info.size:
                 local_v = _slot_copies.tensor(local_v, where, spec.name)
-                out += _slot_copies.into(core, t, spec, _slot_convert.FLOAT, local_v, None, where, [spec.name])
+                out += _slot_copies.into(t, spec, _slot_convert.FLOAT, local_v, None, where, [spec.name])
             continue
         src, codes, absmax = local_slot(core, t, spec, entry, info, dist, lay, where)
-        out += _slot_copies.into(core, t, spec, src, codes, absmax, where, [spec.name, spec.name + "_absmax"])
+        out += _slot_copies.into(t, spec, src, codes, absmax, where, [spec.name, spec.name + "_absmax"])
     return out, int(meta.get("global_step", 0))
 
 

@@ -32,18 +32,12 @@ def tensor(v: Any, where: str, what: str) -> torch.Tensor:
     return v.detach()
 
 
-def slot_form(core: Any, spec: Any) -> Any:
-    """The layout this optimizer stores slot ``spec`` in."""
-    if spec.bits == 32:
-        return _slot_convert.FLOAT
-    return _slot_convert.form(spec.bits, spec.block_size, core.slot_map(spec))
-
-
-def into(core: Any, t: _TensorState, spec: Any, src: Any, values: Any, absmax: Any, where: str, keys: list) -> list:
+def into(t: _TensorState, spec: Any, src: Any, values: Any, absmax: Any, where: str, keys: list) -> list:
     """Copies that put a slot given in layout ``src`` (values, and absmax when quantized) into slot ``spec``
     of t: the core checks it and converts it to this optimizer's layout."""
     data, am = t.buffers[spec.index]
-    v, a = _slot_convert.convert(t.info.size, src, values, absmax, slot_form(core, spec), where, keys)
+    mine = t._owner._plan.slot_form(t._index, spec.index)
+    v, a = _slot_convert.convert(t.info.size, src, values, absmax, mine, where, keys)
     out = [(data, torch.from_numpy(v))]
     if am is not None:
         out.append((am, torch.from_numpy(a)))

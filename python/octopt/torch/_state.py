@@ -343,7 +343,7 @@ def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) 
         keys = [spec.name, spec.name + "_absmax"]
         absmax = entry.get(spec.name + "_absmax")
         if absmax is None:
-            out += _slot_copies.into(core, t, spec, _slot_convert.FLOAT, v, None, where, keys)
+            out += _slot_copies.into(t, spec, _slot_convert.FLOAT, v, None, where, keys)
             continue
         absmax = _slot_copies.tensor(absmax, where, spec.name + "_absmax")
         src = lay.get(spec.name) if isinstance(lay, dict) else None
@@ -359,5 +359,5 @@ def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) 
         if state_map not in _hparams.STATE_MAPS or (state_map == "fp8" and bits != 8):
             raise ValueError(f"{where}: '{spec.name}' has state map {state_map!r} for {bits}-bit codes in the metadata")
         q = core.slot_map(type(spec)(spec.index, spec.name, spec.signed, bits, block_size, state_map))
-        out += _slot_copies.into(core, t, spec, _slot_convert.form(bits, block_size, q), v, absmax, where, keys)
+        out += _slot_copies.into(t, spec, _slot_convert.form(bits, block_size, q), v, absmax, where, keys)
     return out
