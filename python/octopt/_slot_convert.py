@@ -63,11 +63,3 @@ def pack4(codes: np.ndarray) -> np.ndarray:
     out = np.empty((c.size + 1) // 2, np.uint8)
     _octopt.pack_codes4(c, out)
     return out
-
-
-def unpack4(packed: np.ndarray, n: int) -> np.ndarray:
-    """The first n 4-bit codes of ``packed``, one per byte."""
-    p = np.ascontiguousarray(packed, dtype=np.uint8).reshape(-1)
-    out = np.empty(n, np.uint8)
-    _octopt.unpack_codes4(p[: (n + 1) // 2], out)
-    return out
