@@ -2,6 +2,7 @@
 // counters, scalars and files are the core's. State memory is allocated in the parameters' framework
 // through a Python callable, so the state arrays Python hands out are the plan's own memory.
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -13,7 +14,9 @@
 
 #include "array_ref.hpp"
 #include "exports.hpp"
+#include "octopt/state_convert.hpp"
 #include "octopt/step_plan.hpp"
+#include "slot_arrays.hpp"
 
 namespace {
 
@@ -278,6 +281,30 @@ void export_step_plan(nb::module_& m) {
       .def("add_tensor", &PyStepPlan::add_tensor, nb::arg("group"), nb::arg("param"), nb::arg("fn"),
            nb::arg("bf16_bits") = false)
       .def("tensor_state", &PyStepPlan::tensor_state, nb::arg("i"))
+      .def(
+          "slot_form", [](PyStepPlan& p, std::size_t i, int slot) { return octopt::plan_slot_form(p.plan(), i, slot); },
+          nb::arg("i"), nb::arg("slot"))
+      .def(
+          "export_slot",
+          [](PyStepPlan& p, std::size_t i, int slot, const octopt::SlotForm& form, HostOut values,
+             std::optional<HostOut> absmax, const std::string& where, const std::vector<std::string>& keys) {
+            const octopt::SlotTarget t = slot_target(form, values, absmax, "export_slot");
+            nb::gil_scoped_release release;
+            octopt::export_slot(p.plan(), i, slot, form, t, names_of(where, keys));
+          },
+          nb::arg("i"), nb::arg("slot"), nb::arg("form"), nb::arg("out_values").noconvert(),
+          nb::arg("out_absmax").noconvert().none(), nb::arg("where"), nb::arg("keys"))
+      .def(
+          "import_slot",
+          [](PyStepPlan& p, std::size_t i, int slot, const octopt::SlotForm& form, HostIn values,
+             std::optional<HostIn> absmax, const std::string& where, const std::vector<std::string>& keys) {
+            SlotArrays held;
+            const octopt::SlotSource s = slot_source(values, absmax, "import_slot", held);
+            nb::gil_scoped_release release;
+            octopt::import_slot(p.plan(), i, slot, form, s, names_of(where, keys));
+          },
+          nb::arg("i"), nb::arg("slot"), nb::arg("form"), nb::arg("values").noconvert(),
+          nb::arg("absmax").noconvert().none(), nb::arg("where"), nb::arg("keys"))
       .def("tensor_block_size", [](PyStepPlan& p, std::size_t i) { return p.plan().tensor_block_size(i); })
       .def("step", &PyStepPlan::step, nb::arg("grads"), nb::arg("stream") = 0)
       .def("step_addresses", &PyStepPlan::step_addresses, nb::arg("addresses"), nb::arg("dtypes"),

@@ -11,4 +11,5 @@ void export_muon(nb::module_& m);
 void export_optim_table(nb::module_& m);
 void export_step_plan(nb::module_& m);
 void export_state_io(nb::module_& m);
+void export_state_convert(nb::module_& m);
 void export_ffi(nb::module_& m);

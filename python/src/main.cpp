@@ -11,5 +11,6 @@ NB_MODULE(_octopt, m) {
   export_optim_table(m);
   export_step_plan(m);
   export_state_io(m);
+  export_state_convert(m);
   export_ffi(m);
 }

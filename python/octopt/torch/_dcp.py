@@ -28,8 +28,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..functional import dequantize_blockwise, quantize_blockwise
-from . import _dist
+from .. import _slot_convert
+from . import _dist, _slot_copies
 
 META = "octopt"
 FORMAT = 2
@@ -104,21 +104,6 @@ def _shard_blocks(starts: tuple[int, ...], block_size: int) -> list[int]:
     return [_blocks(starts[i + 1] - starts[i], block_size) for i in range(len(starts) - 1)]
 
 
-def unpack4(packed: torch.Tensor, n: int) -> torch.Tensor:
-    """One 4-bit code per byte from codes packed two per byte (low nibble = even element)."""
-    p = packed.reshape(-1)
-    out = torch.stack((p & 0x0F, p >> 4), dim=1).reshape(-1)
-    return out[:n].contiguous()
-
-
-def pack4(codes: torch.Tensor) -> torch.Tensor:
-    c = codes.reshape(-1)
-    if c.numel() % 2:
-        c = torch.cat((c, c.new_zeros(1)))
-    pairs = c.view(-1, 2)
-    return (pairs[:, 0] | (pairs[:, 1] << 4)).contiguous()
-
-
 def _global(local_value: torch.Tensor, dist: _dist.DistSpec, shape: tuple) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
@@ -172,8 +157,10 @@ def entry(t: Any, dist: _dist.DistSpec, lay: ShardLayout, out: dict, global_step
                 table[base : base + counts[lay.index]] = absmax
                 table = _all_sum(table, dist, lay)
             info["starts"] = list(starts)
-        if spec.bits == 4 and not _packed(lay, 4):
-            codes = unpack4(codes, n)
+        if spec.bits == 4 and not _packed(lay, 4):  # one code per byte, as the core exports them
+            one_per_byte = _slot_convert.form(4, bs, q, packed=False)
+            loose, _ = _slot_convert.export(t._owner._plan, t._index, spec.index, n, one_per_byte, "state_dict", [])
+            codes = torch.from_numpy(loose).to(data.device)
         if spec.bits == 4 and _packed(lay, 4):
             out[spec.name] = _global(codes.view(local_rows, lay.row // 2), dist, (lay.rows, lay.row // 2))
         else:
@@ -191,23 +178,23 @@ def _regrid(t: Any, spec: Any, q: Any, lay: ShardLayout, dist: _dist.DistSpec, l
     """(codes of this shard, absmax table) of the slot quantized on the blocks of the global tensor: for a
     tensor with more shards than blocks, whose blocks then do not fit the table. The tensor is small
     (fewer elements than shards times a block), so its values are summed over the shard group whole."""
-    data, absmax = t.buffers[spec.index]
+    absmax = t.buffers[spec.index][1]
     n = t.info.size
+    where = f"state_dict: '{spec.name}'"
     values = torch.zeros(lay.numel, dtype=torch.float32, device=absmax.device)
     if n:
-        values[lay.offset : lay.offset + n] = dequantize_blockwise(
-            data, absmax, q, spec.block_size, spec.bits, shape=(n,)
-        )
+        plan, i = t._owner._plan, t._index
+        local, _ = _slot_convert.export(plan, i, spec.index, n, _slot_convert.FLOAT, where, [spec.name])
+        values[lay.offset : lay.offset + n] = torch.from_numpy(local).to(absmax.device)
     values = _all_sum(values, dist, lay)
-    codes, am = quantize_blockwise(values.cpu(), q, spec.block_size, spec.bits)
+    one_per_byte = _slot_convert.form(spec.bits, spec.block_size, q, packed=False)
+    codes, am = _slot_convert.convert(lay.numel, _slot_convert.FLOAT, values, None, one_per_byte, where, [spec.name])
+    mine = codes[lay.offset : lay.offset + n]
     if spec.bits == 4:
-        codes = unpack4(codes, lay.numel)
-    mine = codes.reshape(-1)[lay.offset : lay.offset + n].to(absmax.device)
-    if spec.bits == 4:
-        mine = pack4(mine) if n else mine[:0]
+        mine = _slot_convert.pack4(mine) if n else mine[:0]
     table = torch.zeros(length, dtype=torch.float32, device=absmax.device)
-    table[: am.numel()] = am.to(absmax.device)
-    return mine, table
+    table[: am.size] = torch.from_numpy(am).to(absmax.device)
+    return torch.from_numpy(mine).to(absmax.device), table
 
 
 def read_meta(entry_value: Any, where: str) -> dict:
@@ -222,85 +209,71 @@ def read_meta(entry_value: Any, where: str) -> dict:
 
 def local_slot(
     core: Any, t: Any, spec: Any, entry: dict, info: dict, dist: _dist.DistSpec, lay: ShardLayout, where: str
-) -> tuple[torch.Tensor, torch.Tensor, int, int, Any]:
-    """The saved quantized slot on this rank's shard: (codes, absmax, bits, block_size, map) in the layout
-    of the core's buffers when they are the saved blocks (bit for bit), else the slot's float32 values
-    with absmax None (the caller quantizes them with this optimizer's layout)."""
+) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """The saved quantized slot on this rank's shard, as (layout, codes, absmax) for the core to convert: the
+    rows form is the shard's own blocks; the table form holds every saved shard's blocks, which the core
+    reads as segments (a block of this optimizer's layout that is a saved block keeps its codes and absmax)."""
     from .._layout import SlotSpec
 
     name = spec.name
     bits, bs, state_map, form = int(info["bits"]), int(info["block_size"]), info.get("map", "dynamic"), info["form"]
-    n = t.info.size
     q = core.slot_map(SlotSpec(spec.index, name, spec.signed, bits, bs, state_map))
     codes_v, absmax_v = entry.get(name), entry.get(name + "_absmax")
     if codes_v is None or absmax_v is None:
         raise ValueError(f"{where} lacks '{name}' or '{name}_absmax' that its metadata announces")
     codes = _dist.local(codes_v).detach().reshape(-1)
-    if codes.dtype != torch.uint8:
-        raise ValueError(f"{where}: '{name}' must hold uint8 codes, got {codes.dtype}")
-    if bits == 4 and not _packed(lay, 4):
-        if codes.numel() != n:
-            raise ValueError(f"{where}: '{name}' holds {codes.numel()} codes for a shard of {n} elements")
-        codes = pack4(codes) if n else codes
-    want_codes = (n + 1) // 2 if bits == 4 else n
-    if codes.numel() != want_codes:
-        raise ValueError(f"{where}: '{name}' holds {codes.numel()} bytes of codes, expected {want_codes}")
-    if n == 0:
-        return codes, torch.zeros(0, dtype=torch.float32, device=codes.device), bits, bs, q
+    packed = bits != 4 or _packed(lay, 4)
     if form == "rows":
-        absmax = _dist.local(absmax_v).detach().reshape(-1)
-        if absmax.numel() != _blocks(n, bs):
-            raise ValueError(f"{where}: '{name}_absmax' holds {absmax.numel()} blocks, expected {_blocks(n, bs)}")
-        return codes, absmax.to(torch.float32), bits, bs, q
+        absmax = _dist.local(absmax_v).detach().reshape(-1).to(torch.float32)
+        return _slot_convert.form(bits, bs, q, packed), codes, absmax
     starts = tuple(int(s) for s in info["starts"])
     table = _dist.local(absmax_v).detach().reshape(-1)
     if starts[-1] != lay.numel or list(starts) != sorted(starts) or starts[0] != 0:
         raise ValueError(f"{where}: '{name}' has shard starts {list(starts)} for a tensor of {lay.numel} elements")
-    counts = _shard_blocks(starts, bs)
-    if table.numel() < sum(counts):
-        raise ValueError(f"{where}: '{name}_absmax' holds {table.numel()} values, fewer than {sum(counts)} blocks")
-    lo, hi = lay.offset, lay.offset + n
-    if lo in starts and starts[starts.index(lo) + 1] == hi:  # a shard that saved: its blocks as they were
-        i = starts.index(lo)
-        base = sum(counts[:i])
-        return codes, table[base : base + counts[i]].clone(), bits, bs, q
-    return _reblocked(codes, table, starts, counts, lay, n, bits, bs, q, spec, core)
+    return _slot_convert.form(bits, bs, q, packed, starts, lay.offset), codes, table
 
 
-def _reblocked(codes, table, starts, counts, lay, n, bits, bs, q, spec, core) -> tuple:
-    """The shard's values dequantized with the saved blocks; where a block of this optimizer's layout is a
-    saved block (same start and end, same bits, block size and map), its codes and absmax are kept."""
-    dev = codes.device
-    if n == 0:
-        return torch.zeros(0, dtype=torch.float32, device=dev), None, bits, bs, q
-    e = torch.arange(lay.offset, lay.offset + n, dtype=torch.int64)
-    s = torch.tensor(starts, dtype=torch.int64)
-    base = torch.tensor([0] + counts, dtype=torch.int64).cumsum(0)
-    shard = torch.searchsorted(s, e, right=True) - 1
-    block = base[shard] + (e - s[shard]) // bs
-    flat = unpack4(codes.cpu(), n) if bits == 4 else codes.cpu()
-    am = table.cpu()
-    values = torch.as_tensor(q)[flat.long()] * am[block]
-    mine = core.slot_map(spec) if spec.bits != 32 else None
-    if (
-        mine is None
-        or (bits, bs) != (spec.bits, spec.block_size)
-        or not torch.equal(torch.as_tensor(q), torch.as_tensor(mine))
-    ):
-        return values.to(dev), None, bits, bs, q
-    new_codes, new_absmax = quantize_blockwise(values, mine, bs, bits)
-    new_codes = unpack4(new_codes, n) if bits == 4 else new_codes.reshape(-1)
-    # blocks of this shard that are saved blocks: same start (in a saved shard, on its block grid), same end
-    a = torch.arange(0, n, bs, dtype=torch.int64) + lay.offset
-    b = torch.clamp(a + bs, max=lay.offset + n)
-    sa = torch.searchsorted(s, a, right=True) - 1
-    same = ((a - s[sa]) % bs == 0) & (torch.clamp(a + bs, max=s[sa + 1]) == b)
-    new_absmax = torch.where(same, am[base[sa] + (a - s[sa]) // bs], new_absmax)
-    keep = same.repeat_interleave(bs)[:n]
-    new_codes = torch.where(keep, flat, new_codes)
-    if bits == 4:
-        new_codes = pack4(new_codes)
-    return new_codes.to(dev), new_absmax.to(dev), bits, bs, q
+def load_entry(core: Any, t: Any, entry: dict, dist: Any, where: str) -> tuple[list, int]:
+    """Copies that restore a DTensor parameter's state from its quantized state-dict entry (_dcp.py), and
+    the global step it records."""
+    from ._state import local_entry  # _state imports this module
+
+    meta = read_meta(entry[META], where)
+    if dist is None:
+        raise ValueError(
+            f"{where} holds the quantized state of a DTensor parameter, but the parameter is a plain tensor"
+        )
+    lay = shard_layout(dist, t.info.size)
+    if lay is None:
+        raise ValueError(
+            f"{where} holds quantized sharded state, but the parameter's placements {dist.placements} do not "
+            "shard it along dim 0 only"
+        )
+    names = {s.name for s in t.specs}
+    if set(meta["slots"]) != names:
+        raise ValueError(
+            f"{where} has state slots {sorted(meta['slots'])} in the state but {sorted(names)} here; "
+            "was it saved by a different optimizer?"
+        )
+    known = {"step", "mu_product", META} | names | {n + "_absmax" for n in names}
+    unknown = sorted(str(k) for k in entry if k not in known)
+    if unknown:
+        raise ValueError(f"{where} has entries {unknown} that this optimizer does not use")
+    out = []
+    for spec in t.specs:
+        info = meta["slots"][spec.name]
+        if int(info.get("bits", 0)) == 32:
+            v = entry.get(spec.name)
+            if v is None:
+                raise ValueError(f"{where} lacks '{spec.name}'")
+            local_v = local_entry({spec.name: v}, dist, t, where)[spec.name]
+            if t.info.size:
+                local_v = _slot_copies.tensor(local_v, where, spec.name)
+                out += _slot_copies.into(t, spec, _slot_convert.FLOAT, local_v, None, where, [spec.name])
+            continue
+        src, codes, absmax = local_slot(core, t, spec, entry, info, dist, lay, where)
+        out += _slot_copies.into(t, spec, src, codes, absmax, where, [spec.name, spec.name + "_absmax"])
+    return out, int(meta.get("global_step", 0))
 
 
 class dequantized_state_dict:  # noqa: N801 - used as a function: ``with dequantized_state_dict(opt):``

@@ -1,7 +1,8 @@
 """State dicts of octopt.torch in torch's format, and import of torch.optim and bitsandbytes state dicts.
 
-Every source state is turned into what this optimizer stores: equal layouts are copied as they are, others
-pass through float32 (dequantized with the source's own map and block size, requantized with ours).
+Key maps only: which key holds which slot, absmax, map and step. Every source slot is handed to the core
+(_slot_convert, cpp/include/octopt/state_convert.hpp) with the layout its keys describe, and the core checks it
+and turns it into what this optimizer stores (equal layouts as they are, others through float32).
 """
 
 from __future__ import annotations
@@ -12,15 +13,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import _bnb_keys, _hparams, maps
-from ..functional import dequantize_blockwise, quantize_blockwise
+from .. import _bnb_keys, _hparams, _slot_convert
 from ..optimizer import _TensorState
-from . import _dcp, _dist
+from . import _bnb_import, _dcp, _dist, _slot_copies
 
 FORMAT = 1
-BNB_NESTED = _bnb_keys.NESTED
-BNB_SLOTS = _bnb_keys.SLOTS
-BNB_IGNORED_STATE = _bnb_keys.IGNORED_STATE
 # Group keys of bitsandbytes or torch.optim that octopt does not take over on import.
 FOREIGN_GROUP_KEYS = (
     "optim_bits",
@@ -67,8 +64,9 @@ def param_state(t: _TensorState, dist: Any = None, quantized: bool = True) -> di
             if t.info.size == 0:  # an empty shard (more ranks than rows): nothing to dequantize
                 data = torch.zeros(0, dtype=torch.float32, device=t.param.device)
             elif absmax is not None:
-                q = t._owner.slot_map(spec)
-                data = dequantize_blockwise(data, absmax, q, spec.block_size, spec.bits, shape=(t.info.size,))
+                plan, n = t._owner._plan, t.info.size
+                values, _ = _slot_convert.export(plan, t._index, spec.index, n, _slot_convert.FLOAT, "state_dict", [])
+                data = torch.from_numpy(values).to(t.param.device)
             out[spec.name] = _dist.as_dtensor(data.view(t.param.shape), dist)
             continue
         out[spec.name] = data if spec.bits == 4 else data.view(t.param.shape)
@@ -119,12 +117,12 @@ def load_param_state(binding: Any, p: torch.Tensor, entry: Any, fn: str) -> None
         raise TypeError(f"{where} must be a dict, got {type(entry).__name__}")
     kind = binding.kind
     dist = binding.dist(p)
-    if BNB_NESTED in entry or "state1" in entry:
-        pending = _from_bnb(t._owner, t, entry, kind, where)
+    if _bnb_keys.NESTED in entry or "state1" in entry:
+        pending = _bnb_import.from_bnb(t._owner, t, entry, kind, where)
     elif _dcp.META in entry:
-        pending, _ = _from_dcp(t._owner, t, entry, dist, where)
+        pending, _ = _dcp.load_entry(t._owner, t, entry, dist, where)
     else:
-        pending = _from_native(t._owner, t, _local_entry(entry, dist, t, where), None, where)
+        pending = _from_native(t._owner, t, local_entry(entry, dist, t, where), None, where)
     step = _step(entry.get("step"), where)
     mu = _mu_product(entry.get("mu_product"), where) if kind == "nadam" else None
     with torch.no_grad():
@@ -140,7 +138,7 @@ def load_param_state(binding: Any, p: torch.Tensor, entry: Any, fn: str) -> None
         t._owner._plan.set_tensor_mu_products(mus, fn)
 
 
-def _local_entry(entry: dict, dist: Any, t: _TensorState, where: str) -> dict:
+def local_entry(entry: dict, dist: Any, t: _TensorState, where: str) -> dict:
     """A state entry with DTensor values replaced by their local shards (checked against the parameter's)."""
     out = {}
     for k, v in entry.items():
@@ -231,22 +229,22 @@ def load_state_dict(binding: Any, param_groups: list, sd: Any, fn: str) -> None:
         where = f"{fn}: the state of parameter {i}"
         entry = sd["state"].get(saved_id)
         if entry is None:
-            pending += _initial(core, t, [s.name for s in t.specs])
+            pending += _slot_copies.initial(core, t, [s.name for s in t.specs])
             steps.append((t, 0))
             continue
         if not isinstance(entry, dict):
             raise TypeError(f"{where} must be a dict, got {type(entry).__name__}")
-        if BNB_NESTED in entry or "state1" in entry:
+        if _bnb_keys.NESTED in entry or "state1" in entry:
             any_bnb = True
-            pending += _from_bnb(core, t, entry, kind, where)
+            pending += _bnb_import.from_bnb(core, t, entry, kind, where)
         elif _dcp.META in entry:
-            copies, gstep = _from_dcp(core, t, entry, binding.dist(p), where)
+            copies, gstep = _dcp.load_entry(core, t, entry, binding.dist(p), where)
             pending += copies
             dcp_steps.append(gstep)
         else:
             lay = meta["layout"].get(saved_id) if meta is not None and isinstance(meta.get("layout"), dict) else None
-            local_entry = _local_entry(entry, binding.dist(p), t, where)
-            pending += _from_native(core, t, local_entry, lay, where)
+            local = local_entry(entry, binding.dist(p), t, where)
+            pending += _from_native(core, t, local, lay, where)
         steps.append((t, _step(entry.get("step"), where)))
         if kind == "nadam":
             mus[id(core)][t._index] = _mu_product(entry.get("mu_product"), where)
@@ -324,26 +322,6 @@ def _step(v: Any, where: str) -> int:
     return int(v)
 
 
-def _initial(core: Any, t: _TensorState, names: list[str]) -> list:
-    """Copies that reset the named slots of t to their initial value."""
-    fresh = core.initial_buffers(t)
-    out = []
-    for spec in t.specs:
-        if spec.name in names:
-            for dst, src in zip(t.buffers[spec.index], fresh[spec.index]):
-                if dst is not None:
-                    out.append((dst, src))
-    return out
-
-
-def _tensor(v: Any, where: str, what: str) -> torch.Tensor:
-    if not isinstance(v, torch.Tensor):
-        raise TypeError(f"{where}: '{what}' must be a tensor, got {type(v).__name__}")
-    if v.layout != torch.strided or v.is_complex():
-        raise ValueError(f"{where}: '{what}' must be a dense real tensor")
-    return v.detach()
-
-
 def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) -> list:
     names = {s.name for s in t.specs}
     if t.info.size == 0:  # an empty shard of a DTensor (or an empty tensor): no state to restore
@@ -359,200 +337,27 @@ def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) 
     for spec in t.specs:
         v = entry.get(spec.name)
         if v is None:
-            out += _initial(core, t, [spec.name])
+            out += _slot_copies.initial(core, t, [spec.name])
             continue
-        v = _tensor(v, where, spec.name)
+        v = _slot_copies.tensor(v, where, spec.name)
+        keys = [spec.name, spec.name + "_absmax"]
         absmax = entry.get(spec.name + "_absmax")
         if absmax is None:
-            if not v.is_floating_point():
-                raise ValueError(f"{where}: '{spec.name}' is {v.dtype} without '{spec.name}_absmax'")
-            out += _into(core, t, spec, v, None, where)
+            out += _slot_copies.into(t, spec, _slot_convert.FLOAT, v, None, where, keys)
             continue
-        absmax = _tensor(absmax, where, spec.name + "_absmax")
+        absmax = _slot_copies.tensor(absmax, where, spec.name + "_absmax")
         src = lay.get(spec.name) if isinstance(lay, dict) else None
         state_map = "dynamic"  # state dicts saved before the option existed hold the dynamic maps
         if src is not None:
             bits, block_size = int(src[0]), int(src[1])
             if len(src) > 2:
                 state_map = src[2]
-        else:
-            bits, block_size = _infer_quantized(t.info.size, v.numel(), absmax.numel(), spec, where)
+        else:  # a state dict without octopt's metadata: the layout its sizes fit (ours, then the defaults)
+            bits = _slot_convert.infer_bits(t.info.size, v.numel(), where, keys)
+            candidates = [spec.block_size, 256 if bits == 8 else 128] + [1 << k for k in range(5, 13)]
+            block_size = _slot_convert.infer_block_size(t.info.size, absmax.numel(), candidates, where, keys)
         if state_map not in _hparams.STATE_MAPS or (state_map == "fp8" and bits != 8):
             raise ValueError(f"{where}: '{spec.name}' has state map {state_map!r} for {bits}-bit codes in the metadata")
         q = core.slot_map(type(spec)(spec.index, spec.name, spec.signed, bits, block_size, state_map))
-        out += _into(core, t, spec, v, (absmax, bits, block_size, q), where)
+        out += _slot_copies.into(t, spec, _slot_convert.form(bits, block_size, q), v, absmax, where, keys)
     return out
-
-
-def _from_dcp(core: Any, t: _TensorState, entry: dict, dist: Any, where: str) -> tuple[list, int]:
-    """Copies that restore a DTensor parameter's state from its quantized state-dict entry (_dcp.py), and
-    the global step it records."""
-    meta = _dcp.read_meta(entry[_dcp.META], where)
-    if dist is None:
-        raise ValueError(
-            f"{where} holds the quantized state of a DTensor parameter, but the parameter is a plain tensor"
-        )
-    lay = _dcp.shard_layout(dist, t.info.size)
-    if lay is None:
-        raise ValueError(
-            f"{where} holds quantized sharded state, but the parameter's placements {dist.placements} do not "
-            "shard it along dim 0 only"
-        )
-    names = {s.name for s in t.specs}
-    if set(meta["slots"]) != names:
-        raise ValueError(
-            f"{where} has state slots {sorted(meta['slots'])} in the state but {sorted(names)} here; "
-            "was it saved by a different optimizer?"
-        )
-    known = {"step", "mu_product", _dcp.META} | names | {n + "_absmax" for n in names}
-    unknown = sorted(str(k) for k in entry if k not in known)
-    if unknown:
-        raise ValueError(f"{where} has entries {unknown} that this optimizer does not use")
-    out = []
-    for spec in t.specs:
-        info = meta["slots"][spec.name]
-        if int(info.get("bits", 0)) == 32:
-            v = entry.get(spec.name)
-            if v is None:
-                raise ValueError(f"{where} lacks '{spec.name}'")
-            local_v = _local_entry({spec.name: v}, dist, t, where)[spec.name]
-            if t.info.size:
-                out += _into(core, t, spec, _tensor(local_v, where, spec.name), None, where)
-            continue
-        values, absmax, bits, block_size, q = _dcp.local_slot(core, t, spec, entry, info, dist, lay, where)
-        if t.info.size == 0:
-            continue
-        out += _into(core, t, spec, values, None if absmax is None else (absmax, bits, block_size, q), where)
-    return out, int(meta.get("global_step", 0))
-
-
-def _infer_quantized(n: int, n_codes: int, n_blocks: int, spec: Any, where: str) -> tuple[int, int]:
-    bits = 8 if n_codes == n else 4 if n_codes == (n + 1) // 2 else 0
-    if bits == 0:
-        raise ValueError(
-            f"{where}: '{spec.name}' has {n_codes} codes, which fits neither 8-bit ({n}) nor 4-bit "
-            f"({(n + 1) // 2}) codes of the parameter"
-        )
-    candidates = [spec.block_size, 256 if bits == 8 else 128] + [1 << k for k in range(5, 13)]
-    for bs in candidates:
-        if -(-n // bs) == n_blocks:
-            return bits, bs
-    raise ValueError(f"{where}: '{spec.name}_absmax' has {n_blocks} blocks, which fits no block size")
-
-
-def _into(core: Any, t: _TensorState, spec: Any, values: torch.Tensor, quant: tuple | None, where: str) -> list:
-    """Copies that put a source state (float values, or codes with (absmax, bits, block_size, map)) into
-    slot `spec` of t, converting through float32 when the layouts differ."""
-    n = t.info.size
-    data, absmax = t.buffers[spec.index]
-    if quant is not None:
-        src_absmax, bits, block_size, q = quant
-        n_codes = (n + 1) // 2 if bits == 4 else n
-        if values.dtype != torch.uint8 or values.numel() != n_codes:
-            raise ValueError(
-                f"{where}: '{spec.name}' must hold {n_codes} uint8 codes ({bits}-bit), got "
-                f"{values.numel()} of {values.dtype}"
-            )
-        n_blocks = -(-n // block_size)
-        if src_absmax.dtype != torch.float32 or src_absmax.numel() != n_blocks:
-            raise ValueError(
-                f"{where}: '{spec.name}' absmax must hold {n_blocks} float32 values (block size "
-                f"{block_size}), got {src_absmax.numel()} of {src_absmax.dtype}"
-            )
-        if (bits, block_size) == (spec.bits, spec.block_size) and np.array_equal(q, core.slot_map(spec)):
-            return [(data, values.reshape(-1)), (absmax, src_absmax.reshape(-1))]
-        codes = values.to("cpu").reshape(-1).contiguous()
-        am = src_absmax.to("cpu").reshape(-1).contiguous()
-        values = dequantize_blockwise(codes, am, q, block_size, bits, shape=(n,))
-    if not values.is_floating_point() or values.numel() != n:
-        raise ValueError(
-            f"{where}: '{spec.name}' must hold {n} floating-point values, got {values.numel()} of {values.dtype}"
-        )
-    if spec.bits == 32:
-        return [(data, values.reshape(-1))]
-    f32 = values.to("cpu", torch.float32).reshape(-1).contiguous()
-    if not bool(torch.isfinite(f32).all()):
-        raise ValueError(f"{where}: '{spec.name}' holds NaN or Inf")
-    codes, am = quantize_blockwise(f32, core.slot_map(spec), spec.block_size, spec.bits)
-    return [(data, codes.reshape(-1)), (absmax, am)]
-
-
-def _from_bnb(core: Any, t: _TensorState, entry: dict, kind: str, where: str) -> list:
-    if kind not in BNB_SLOTS:
-        raise ValueError(
-            f"{where} is a bitsandbytes state; bitsandbytes has no '{kind}', so its state cannot be imported here"
-        )
-    flat = {k: v for k, v in entry.items() if k != BNB_NESTED}
-    nested = entry.get(BNB_NESTED, {})
-    if not isinstance(nested, dict):
-        raise TypeError(f"{where}: '{BNB_NESTED}' must be a dict")
-    flat.update(nested)
-    known = {"step", *BNB_IGNORED_STATE}
-    known |= {f"{what}{k}" for what in ("state", "qmap", "absmax", "max", "new_max") for k in "12"}
-    unknown = sorted(str(k) for k in flat if k not in known)
-    if unknown:
-        raise ValueError(f"{where} has bitsandbytes entries {unknown} that octopt cannot import")
-    slots = BNB_SLOTS[kind]
-    theirs = sorted(k for k in "12" if "state" + k in flat)
-    ours = sorted({k for k, _ in slots.values()})
-    if theirs != ours:
-        raise ValueError(
-            f"{where} holds bitsandbytes' {['state' + k for k in theirs]} but its '{kind}' keeps "
-            f"{['state' + k for k in ours]}; was it saved by a different optimizer?"
-        )
-    out = []
-    for spec in t.specs:
-        if spec.name not in slots:
-            out += _initial(core, t, [spec.name])
-            continue
-        k, row = slots[spec.name]
-        v = flat.get("state" + k)
-        if v is None:
-            raise ValueError(f"{where} lacks bitsandbytes' 'state{k}' ({spec.name})")
-        v = _tensor(v, where, "state" + k)
-        if row is not None:
-            if v.dim() < 1 or v.shape[0] != 2:
-                raise ValueError(
-                    f"{where}: bitsandbytes' AdEMAMix 'state{k}' must have two rows, got shape {tuple(v.shape)}"
-                )
-            v = v[row]
-        if v.dtype != torch.uint8:
-            out += _into(core, t, spec, v, None, where)
-            continue
-        qmap = flat.get("qmap" + k)
-        if qmap is None:
-            raise ValueError(f"{where} has 8-bit 'state{k}' but lacks 'qmap{k}'")
-        qmap = _tensor(qmap, where, "qmap" + k).to("cpu", torch.float32).reshape(-1)
-        if qmap.numel() != 256:
-            raise ValueError(f"{where}: 'qmap{k}' must hold 256 values, got {qmap.numel()}")
-        if flat.get("absmax" + k) is None:
-            out += _into(core, t, spec, _per_tensor(flat, k, row, v, qmap, where), None, where)
-            continue
-        absmax = _tensor(flat["absmax" + k], where, "absmax" + k)
-        if row is not None:
-            absmax = absmax[row] if absmax.dim() == 2 and absmax.shape[0] == 2 else absmax
-        q = maps.resolve(qmap.numpy(), 8, f"{where}: 'qmap{k}'", arg="qmap" + k)
-        n = t.info.size
-        # bitsandbytes' block-wise 8-bit optimizers use blocks of 256 (2048 in older releases)
-        block_size = next((bs for bs in (256, 2048) if -(-n // bs) == absmax.numel()), None)
-        if block_size is None:
-            raise ValueError(
-                f"{where}: 'absmax{k}' has {absmax.numel()} blocks; bitsandbytes' block size 256 gives {-(-n // 256)}"
-            )
-        out += _into(core, t, spec, v, (absmax, 8, block_size, q), where)
-    return out
-
-
-def _per_tensor(flat: dict, k: str, row: Any, codes: torch.Tensor, qmap: torch.Tensor, where: str) -> torch.Tensor:
-    """The float32 values of a state that bitsandbytes quantized per tensor (block_wise=False, its
-    LAMB8bit's and LARS8bit's default before 0.45): qmap[code] * max, where 'max' is the scale the codes
-    were written with ('new_max' is the scratch of the next step)."""
-    scale = flat.get("max" + k)
-    if scale is None:
-        raise ValueError(f"{where} has 8-bit 'state{k}' but neither 'absmax{k}' nor 'max{k}'")
-    scale = _tensor(scale, where, "max" + k).to("cpu", torch.float32).reshape(-1)
-    if row is not None and scale.numel() == 2:
-        scale = scale[row : row + 1]
-    if scale.numel() != 1 or not bool(torch.isfinite(scale).all()) or float(scale) < 0:
-        raise ValueError(f"{where}: 'max{k}' must be one finite non-negative float32 value, got {scale.tolist()}")
-    return qmap[codes.to("cpu").reshape(-1).long()] * scale
