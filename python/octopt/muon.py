@@ -17,7 +17,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from . import _arrays, _hparams, _octopt
-from .optimizer import Optimizer, _fill
+from .optimizer import Optimizer, _fill, group_params
 
 # Keller Jordan's quintic coefficients, torch.optim.Muon's defaults
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
@@ -125,10 +125,7 @@ class Muon(Optimizer):
 
     def add_param_group(self, group: dict) -> None:
         fn = type(self).__name__
-        if not isinstance(group, dict) or "params" not in group:
-            raise TypeError(f"{fn}: a param group must be a dict with a 'params' key")
-        params = group["params"]
-        params = [params] if _arrays.framework_of(params) is not None else list(params)
+        params = group_params(fn, group)
         dirs = []
         for i, p in enumerate(params):
             arg = f"params[{len(self._tensors) + i}]"

@@ -94,6 +94,15 @@ class _LikeAllocator:
         return _placement.state_empty(param, info, count, dtype, page_offset)
 
 
+def group_params(fn: str, group: dict) -> list:
+    """The arrays of a param group (one array or an iterable of them), after checking that it is a dict with
+    'params'."""
+    if not isinstance(group, dict) or "params" not in group:
+        raise TypeError(f"{fn}: a param group must be a dict with a 'params' key")
+    params = group["params"]
+    return [params] if _arrays.framework_of(params) is not None else list(params)
+
+
 class Optimizer:
     """Base of octopt's optimizers. Subclasses (octopt.family) set ``kind`` and ``defaults`` from the
     core's optimizer table.
@@ -164,10 +173,7 @@ class Optimizer:
     # -- construction -------------------------------------------------------------------------
     def add_param_group(self, group: dict) -> None:
         fn = type(self).__name__
-        if not isinstance(group, dict) or "params" not in group:
-            raise TypeError(f"{fn}: a param group must be a dict with a 'params' key")
-        params = group["params"]
-        params = [params] if _arrays.framework_of(params) is not None else list(params)
+        params = group_params(fn, group)
         full = dict(self._defaults)
         full.update({k: v for k, v in group.items() if k != "params"})
         hp, lo = _hparams.convert_group(self.kind, full, fn)
