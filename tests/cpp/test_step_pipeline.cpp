@@ -20,7 +20,7 @@ namespace {
 
 const OptimKind kAll[] = {OptimKind::adam,    OptimKind::adamw, OptimKind::sgd,      OptimKind::rmsprop,
                           OptimKind::adagrad, OptimKind::lion,  OptimKind::ademamix, OptimKind::lamb,
-                          OptimKind::lars,    OptimKind::radam, OptimKind::nadam};
+                          OptimKind::lars,    OptimKind::radam, OptimKind::nadam,    OptimKind::muon};
 
 struct SlotRow {
   OptimKind kind;
@@ -44,6 +44,7 @@ OCTOPT_TEST(state_slot_table) {
       {OptimKind::lion, {{"exp_avg", true}}},
       {OptimKind::rmsprop, {{"square_avg", false}, {"momentum_buffer", true}, {"grad_avg", true}}},
       {OptimKind::adagrad, {{"sum", false}}},
+      {OptimKind::muon, {{"momentum_buffer", true}}},
   };
   CHECK_EQ(table.size(), std::size_t(kNumOptimKinds));
   for (const SlotRow& row : table) {
