@@ -106,7 +106,7 @@ struct ClosedForm8 {
   __m256i slot8;        // ClosedForm::slot8 as bytes
   __m256i zero2b;       // 2 * ClosedForm::zero in every byte (at most 254 in mirror form)
   __m256 width;
-  bool mirror;  // ClosedForm::pos16 and ClosedForm::mirror: closed_form8_mirror applies to every r
+  bool mirror;  // ClosedForm::pos16 and ClosedForm::mirror: mirror_runs8 applies to every r
   explicit ClosedForm8(const ClosedForm& c) : cf(c), mirror(c.pos16 && c.mirror) {
     static_assert(2 * kBins == 32 && kMaxRuns == 32, "32-entry byte tables");
     const std::uint8_t* b[3] = {cf.run8, cf.lo8, cf.hi8};
@@ -230,26 +230,8 @@ inline void mirror_runs8(const ClosedForm8& R, const __m256* r, __m256i* run, __
   for (int u = 0; u < U; ++u) x[u] = formula8<k8>(R, a[u], run[u]);
 }
 
-// The codes of U vectors (32-bit lanes) from their runs and formula values: trunc(x) clamped to [lo[run], hi[run]],
-// kReflect: reflected where neg; and the lanes (all ones) the search must settle.
-template <int U, bool k8, bool kReflect>
-inline void codes_of_runs8(const ClosedForm8& R, const __m256* x, const __m256i* run, const __m256i* neg, __m256i* code,
-                           __m256* unsure) {
-  const __m256i z = _mm256_set1_epi32(std::int32_t(0x80808000u));
-  for (int u = 0; u < U; ++u) {
-    const __m256i xi = _mm256_cvttps_epi32(x[u]);
-    unsure[u] = unsure8(R, x[u], xi);  // NaN (r not finite) too
-    closed_form8_zero_run<k8>(run[u], unsure[u]);
-    const __m256i j = _mm256_or_si256(run[u], z);
-    const __m256i c =
-        _mm256_min_epi32(_mm256_max_epi32(xi, _mm256_shuffle_epi8(R.lo[0], j)), _mm256_shuffle_epi8(R.hi[0], j));
-    code[u] =
-        kReflect ? _mm256_blendv_epi8(c, _mm256_max_epi32(_mm256_sub_epi32(R.zero2, c), _mm256_setzero_si256()), neg[u])
-                 : c;
-  }
-}
-
-// codes_of_runs8 for 4 vectors, clamped and reflected on bytes: the truncated values, the runs and the signs packed
+// The codes of 4 vectors from their runs and formula values, trunc(x) clamped to [lo[run], hi[run]] (kReflect:
+// reflected where neg), on bytes: the truncated values, the runs and the signs packed
 // to 32 bytes as codes32 packs codes (saturation moves a value only below 0 or above 255, where the clamp to the
 // run's codes, all in [0, 255], gives the same), one shuffle per table for 32 lanes. 32 codes in codes32's order.
 template <bool k8, bool kReflect>
@@ -271,27 +253,25 @@ inline __m256i codes32_of_runs8(const ClosedForm8& R, const __m256* x, const __m
   return _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// closed_form8 for vectors whose lanes are all > 0, and for a map in mirror form: 32-bit codes.
-template <int U, bool k8 = false>
-inline void closed_form8_pos(const ClosedForm8& R, const __m256* r, __m256i* code, __m256* unsure) {
-  __m256i run[U];
-  __m256 x[U];
-  pos_runs8<U, k8>(R, r, run, x);
-  codes_of_runs8<U, k8, false>(R, x, run, nullptr, code, unsure);
-}
-template <int U, bool k8 = false>
-inline void closed_form8_mirror(const ClosedForm8& R, const __m256* r, __m256i* code, __m256* unsure) {
-  __m256i run[U], neg[U];
-  __m256 x[U];
-  mirror_runs8<U, k8>(R, r, run, x, neg);
-  codes_of_runs8<U, k8, true>(R, x, run, neg, code, unsure);
+// closed_form8 for one vector of a map in mirror form (a block's last values): 32-bit codes.
+inline void closed_form8_mirror1(const ClosedForm8& R, __m256 r, __m256i& code, __m256& unsure) {
+  const __m256i z = _mm256_set1_epi32(std::int32_t(0x80808000u));
+  __m256i run, neg;
+  __m256 x;
+  mirror_runs8<1, false>(R, &r, &run, &x, &neg);
+  const __m256i xi = _mm256_cvttps_epi32(x);
+  unsure = unsure8(R, x, xi);  // NaN (r not finite) too
+  const __m256i j = _mm256_or_si256(run, z);
+  const __m256i c =
+      _mm256_min_epi32(_mm256_max_epi32(xi, _mm256_shuffle_epi8(R.lo[0], j)), _mm256_shuffle_epi8(R.hi[0], j));
+  code = _mm256_blendv_epi8(c, _mm256_max_epi32(_mm256_sub_epi32(R.zero2, c), _mm256_setzero_si256()), neg);
 }
 
 // Nearest codes of a block of a 256-entry map with closed-form tables, 32 codes at a time, then 8; a group
 // with an unsure lane is redone by the level search (rare: ~0.1% of the vectors of an optimizer step).
 // Requires |v[i]| <= scale (absmax scaling), as the AVX-512 kernel. A group of positive lanes takes the positive side
-// alone (closed_form8_pos: a second moment's, nearly always); kMirror: the map is in mirror form (ClosedForm8::mirror),
-// so any other group takes closed_form8_mirror (a first moment's), else the general closed_form8. (A multiply by
+// alone (pos_runs8: a second moment's, nearly always); kMirror: the map is in mirror form (ClosedForm8::mirror),
+// so any other group takes mirror_runs8 (a first moment's), else the general closed_form8. (A multiply by
 // 1 / scale instead of the division, with the unsure band widened by the reciprocal's error, was measured slower
 // on Zen 4: the divider is not the bound here, the extra compares are.)
 template <bool kMirror, bool k8 = false>
@@ -337,7 +317,7 @@ inline void encode_groups_closed_form8(const Codebook& cb, const Levels& L, cons
     __m256 unsure;
     __m256i c;
     if constexpr (kMirror)
-      closed_form8_mirror<1>(R, &r, &c, &unsure);
+      closed_form8_mirror1(R, r, c, unsure);
     else
       closed_form8<1>(R, &r, &c, &unsure);
     unsure = _mm256_and_ps(unsure, _mm256_castsi256_ps(m));

@@ -19,7 +19,7 @@ struct OptimRule<OptimKind::lamb> : RuleDefaults {
   // without bias correction: bc1 = bc2 = 1
   static OCTOPT_HD void scalars(SlotScalars& s, const HyperParams& hp, double) {
     if (hp.bias_correction) return;
-    s.step_size = float(hp.lr / 1.0);
+    s.step_size = float(hp.lr);
     s.bc1 = 1.0f;
     s.bc2 = 1.0f;
     s.bc2_sqrt = 1.0f;
