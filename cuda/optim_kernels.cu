@@ -249,12 +249,12 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
           if (t.state[k].data) s[k] = load_state(t.state[k], cbs[k], old_amax[k], k_el);
       if (phase == kPhaseNorms) {  // LAMB: the update direction, states left as they were
         float u = 0.0f;
-        update_element_any(kind, h, p, g, s[0], s[1], s[2], &u);
+        update_element_any(kind, h, p, g, s, &u);
         stage[i] = p;
         stage[tb.max_block + i] = u;
         continue;
       }
-      const float np = update_element_any(kind, h, p, g, s[0], s[1], s[2], nullptr);
+      const float np = update_element_any(kind, h, p, g, s, nullptr);
       if (P == DType::bf16 && hdr.stochastic_bf16) {
         const std::uint64_t key = step_stream_key(hdr.seed, t.rng_stream, gstep, kParamStream);
         static_cast<std::uint16_t*>(t.param)[k_el] = f32_to_bf16_stochastic(np, random16(key, std::uint64_t(k_el)));
@@ -312,7 +312,7 @@ __device__ void run_tile(const Tables& tb, const DevTensor& t, int ti, const Dev
         if (threadIdx.x == 0) st.absmax[b] = scale;
         const float div = scale > 0.0f ? scale : 1.0f;
         const bool sr = stochastic || st.stochastic != 0;
-        const std::uint64_t key = sr ? step_stream_key(hdr.seed, t.rng_stream, gstep, k) : 0;
+        const std::uint64_t key = sr ? step_stream_key(hdr.seed, t.rng_stream, gstep, slot_stream(k)) : 0;
         const float* v = stage + std::int64_t(k) * tb.max_block;
         std::uint8_t* codes = static_cast<std::uint8_t*>(st.data);
         if (st.bits == 8) {

@@ -49,6 +49,8 @@ const std::vector<HParamDef>& hparam_defs() {
        "NAdam: momentum decay psi"},
       {HParam::eps_in_sqrt, "eps_in_sqrt", "eps_in_sqrt", "eps_in_sqrt", T::flag, 0.0, 1.0, false,
        "RMSprop: eps inside the square root, sqrt(v + eps) (optax's default)"},
+      {HParam::no_prox, "no_prox", "no_prox", "no_prox", T::flag, 0.0, 1.0, false,
+       "Adan: weight decay as p (1 - lr wd) before the step instead of the proximal (p - lr u) / (1 + lr wd)"},
   };
   return defs;
 }

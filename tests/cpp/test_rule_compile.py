@@ -36,9 +36,7 @@ struct OptimRule<OptimKind::example> : RuleDefaults {
 };
 }  // namespace octopt
 """
-_UPDATE = (
-    "static OCTOPT_HD float update(const SlotScalars&, float p, float, float&, float&, float&, float*) { return p; }"
-)
+_UPDATE = "static OCTOPT_HD float update(const SlotScalars&, float p, float, SlotValues&, float*) { return p; }"
 
 
 def _list_entry(root: Path) -> None:
@@ -77,7 +75,9 @@ def _rule_without_update(root: Path) -> None:
 
 def _too_many_slots(root: Path) -> None:
     _list_entry(root)
-    _rule_file(root, slots='{"a", true, true}, {"b", true, false}, {"c", true, false}, {"d", false, false}')
+    _rule_file(
+        root, slots='{"a", true, true}, {"b", true, false}, {"c", true, false}, {"d", false, false}, {"e", true, false}'
+    )
 
 
 def _complete_new_rule(root: Path) -> None:

@@ -20,7 +20,8 @@ namespace {
 
 const OptimKind kAll[] = {OptimKind::adam,    OptimKind::adamw, OptimKind::sgd,      OptimKind::rmsprop,
                           OptimKind::adagrad, OptimKind::lion,  OptimKind::ademamix, OptimKind::lamb,
-                          OptimKind::lars,    OptimKind::radam, OptimKind::nadam,    OptimKind::muon};
+                          OptimKind::lars,    OptimKind::radam, OptimKind::nadam,    OptimKind::muon,
+                          OptimKind::adan};
 
 struct SlotRow {
   OptimKind kind;
@@ -45,17 +46,19 @@ OCTOPT_TEST(state_slot_table) {
       {OptimKind::rmsprop, {{"square_avg", false}, {"momentum_buffer", true}, {"grad_avg", true}}},
       {OptimKind::adagrad, {{"sum", false}}},
       {OptimKind::muon, {{"momentum_buffer", true}}},
+      {OptimKind::adan, {{"exp_avg", true}, {"exp_avg_sq", false}, {"exp_avg_diff", true}, {"pre_grad", true}}},
   };
   CHECK_EQ(table.size(), std::size_t(kNumOptimKinds));
   for (const SlotRow& row : table) {
     const std::string at = optim_name(row.kind);
     CHECK_EQ_AT(optim_state_slots(row.kind), int(row.slots.size()), at);
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < kMaxStateSlots; ++k) {
       if (k < int(row.slots.size())) {
         CHECK_EQ_AT(std::string(state_slot_name(row.kind, k)), std::string(row.slots[std::size_t(k)].first), at);
         CHECK_EQ_AT(state_slot_signed(row.kind, k), row.slots[std::size_t(k)].second, at);
         const std::string n = row.slots[std::size_t(k)].first;
-        CHECK_EQ_AT(state_slot_first_moment(row.kind, k), n == "exp_avg" || n == "m1" || n == "momentum_buffer", at);
+        CHECK_EQ_AT(state_slot_first_moment(row.kind, k),
+                    n == "exp_avg" || n == "m1" || n == "momentum_buffer" || n == "exp_avg_diff", at);
       } else {
         CHECK_EQ_AT(std::string(state_slot_name(row.kind, k)), std::string(""), at);
         CHECK_AT(!state_slot_used(row.kind, k, 0.9, true), at);

@@ -36,7 +36,8 @@ static_assert(int(OptimKind::adam) == 0 && int(OptimKind::sgd) == 2 && int(Optim
                   int(OptimKind::nadam) == 10,
               "optim_list.hpp: optimizers keep their numbers; add new ones at the end");
 
-// The most state buffers (slots s0, s1, ...) an optimizer may have: the width of every per-tensor state array.
-inline constexpr int kMaxStateSlots = 3;
+// The most state buffers (slots s[0], s[1], ...) an optimizer may have: the width of every per-tensor state array.
+// Adan has four (m, n, the gradient-difference EMA and the previous gradient).
+inline constexpr int kMaxStateSlots = 4;
 
 }  // namespace octopt

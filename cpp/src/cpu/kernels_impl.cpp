@@ -307,21 +307,34 @@ void store_state(const StateBuffer& st, const Codebook* cbs, const Levels& level
   if (st.bits == 4) pack4(s.codes, len, dst + i0 / 2);
 }
 
+// One restrict pointer per slot, so that the compiler vectorizes without alias checks; K's unused slots are
+// neither read nor written.
+static_assert(kMaxStateSlots == 4, "update_loop and direction_loop take one pointer per state slot");
+
 template <OptimKind K>
 void update_loop(const SlotScalars& hs, int len, float* __restrict p, const float* __restrict g, float* __restrict s0,
-                 float* __restrict s1, float* __restrict s2) {
+                 float* __restrict s1, float* __restrict s2, float* __restrict s3) {
   const SlotScalars h = hs;
-  for (int i = 0; i < len; ++i) p[i] = update_element<K>(h, p[i], g[i], s0[i], s1[i], s2[i]);
+  constexpr int n = rule_slot_count<K>;
+  for (int i = 0; i < len; ++i) {
+    SlotValues s = {s0[i], n > 1 ? s1[i] : 0.0f, n > 2 ? s2[i] : 0.0f, n > 3 ? s3[i] : 0.0f};
+    p[i] = update_element<K>(h, p[i], g[i], s);
+    s0[i] = s[0];
+    if constexpr (n > 1) s1[i] = s[1];
+    if constexpr (n > 2) s2[i] = s[2];
+    if constexpr (n > 3) s3[i] = s[3];
+  }
 }
 
 template <OptimKind K>
 void direction_loop(const SlotScalars& hs, int len, const float* __restrict p, const float* __restrict g,
                     const float* __restrict s0, const float* __restrict s1, const float* __restrict s2,
-                    float* __restrict u) {
+                    const float* __restrict s3, float* __restrict u) {
   const SlotScalars h = hs;
+  constexpr int n = rule_slot_count<K>;
   for (int i = 0; i < len; ++i) {
-    float a = s0[i], c = s1[i], d = s2[i];
-    update_element<K>(h, p[i], g[i], a, c, d, u + i);
+    SlotValues s = {s0[i], n > 1 ? s1[i] : 0.0f, n > 2 ? s2[i] : 0.0f, n > 3 ? s3[i] : 0.0f};
+    update_element<K>(h, p[i], g[i], s, u + i);
   }
 }
 
@@ -401,12 +414,12 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
         load_state(sb, cfg.codebooks, *levels[k], vbmi, b, i0, len, s.s[k], s.codes);
     }
     if (phase == OptimPhase::norms) {  // LAMB: the norm of the update direction; nothing is written
-      direction_loop<K>(slot.scalars, len, p, g, st[0], st[1], st[2], s.u);
+      direction_loop<K>(slot.scalars, len, p, g, st[0], st[1], st[2], st[3], s.u);
       norms[0] += block_sum_squares(p, len);
       norms[1] += block_sum_squares(s.u, len);
       continue;
     }
-    update_loop<K>(slot.scalars, len, p, g, st[0], st[1], st[2]);
+    update_loop<K>(slot.scalars, len, p, g, st[0], st[1], st[2], st[3]);
     if (P == DType::bf16 && cfg.stochastic_bf16) {
       const std::uint64_t key = state_key(cfg, slot, kParamStream);
       auto* out = static_cast<std::uint16_t*>(slot.param);
@@ -417,7 +430,7 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
     for (int k = 0; k < kStates; ++k) {
       const StateBuffer& sb = slot.state[k];
       if (sb.data && sb.bits != 32)
-        store_state(sb, cfg.codebooks, *levels[k], b, i0, len, s.s[k], cfg, state_key(cfg, slot, k), s);
+        store_state(sb, cfg.codebooks, *levels[k], b, i0, len, s.s[k], cfg, state_key(cfg, slot, slot_stream(k)), s);
     }
   }
   return skipped;

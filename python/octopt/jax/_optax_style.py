@@ -422,6 +422,33 @@ ademamix = _factory(
     module="octopt.optax.contrib",
 )
 
+
+def _adan(fn: str, a: dict, layout: dict, maximize: bool) -> Transformation:
+    _refuse(fn, "eps_root", a["eps_root"], 0.0, _EPS_ROOT_WHY)
+    hp = dict(learning_rate=a["learning_rate"], b1=a["b1"], b2=a["b2"], b3=a["b3"], eps=a["eps"])
+    hp["weight_decay"] = a["weight_decay"]
+    # optax adds weight_decay * p to the update before the learning rate: the core's no_prox form
+    return make("adan", fn, hp, dict(maximize=maximize, no_prox=True), layout, decay_mask=a["mask"])
+
+
+adan = _factory(
+    "adan",
+    [
+        ("learning_rate", _EMPTY, False),
+        ("b1", 0.98, False),
+        ("b2", 0.92, False),
+        ("b3", 0.99, False),
+        ("eps", 1e-8, False),
+        ("eps_root", 0.0, False),
+        ("weight_decay", 0.0, False),
+        ("mask", None, False),
+    ],
+    _adan,
+    "Adan (Xie et al. 2022, Alg. 1): the gradient-change terms weigh b2, as in the paper and the authors' code "
+    "(optax 0.2.8's scale_by_adan weighs them 1 - b2, optax pull request 1715); ``eps_root`` must be 0 (optax's "
+    "default is 1e-8), the core adds ``eps`` outside the square root of the bias-corrected n.",
+)
+
 OPTAX_STYLE = dict(
     adam=adam,
     adamw=adamw,
@@ -434,5 +461,6 @@ OPTAX_STYLE = dict(
     lamb=lamb,
     lars=lars,
     radam=radam,
+    adan=adan,
 )
 CONTRIB = dict(ademamix=ademamix)

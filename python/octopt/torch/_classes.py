@@ -18,7 +18,7 @@ from ._signature import bind_arguments
 
 _P = inspect.Parameter
 # table options that torch.optim does not take positionally
-_KEYWORD_ONLY = ("maximize", "eps_in_sqrt")
+_KEYWORD_ONLY = ("maximize", "eps_in_sqrt", "no_prox")
 
 
 def _make(entry: dict) -> type:

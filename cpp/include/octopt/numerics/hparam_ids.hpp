@@ -28,12 +28,13 @@ enum class HParam : unsigned char {
   decoupled_weight_decay,
   momentum_decay,
   eps_in_sqrt,
+  no_prox,
 };
-inline constexpr int kNumHParams = int(HParam::eps_in_sqrt) + 1;
+inline constexpr int kNumHParams = int(HParam::no_prox) + 1;
 
 OCTOPT_HD constexpr bool hparam_is_flag(HParam id) {
   return id == HParam::nesterov || id == HParam::centered || id == HParam::bias_correction || id == HParam::maximize ||
-         id == HParam::decoupled_weight_decay || id == HParam::eps_in_sqrt;
+         id == HParam::decoupled_weight_decay || id == HParam::eps_in_sqrt || id == HParam::no_prox;
 }
 
 // Numbers (not flags), in HParam order: the length of the XLA handlers' hyper-parameter arrays.
@@ -86,6 +87,8 @@ OCTOPT_HD double get_hparam(const HyperParams& hp, HParam id) {
       return hp.momentum_decay;
     case HParam::eps_in_sqrt:
       return hp.eps_in_sqrt ? 1.0 : 0.0;
+    case HParam::no_prox:
+      return hp.no_prox ? 1.0 : 0.0;
   }
   return 0.0;
 }
@@ -148,6 +151,9 @@ OCTOPT_HD void set_hparam(HyperParams& hp, HParam id, double v) {
       break;
     case HParam::eps_in_sqrt:
       hp.eps_in_sqrt = v != 0.0;
+      break;
+    case HParam::no_prox:
+      hp.no_prox = v != 0.0;
       break;
     case HParam::momentum_decay:
       hp.momentum_decay = v;

@@ -21,6 +21,7 @@ struct HyperParams {
   bool decoupled_weight_decay = false;  // RAdam, NAdam: AdamW-style decay instead of L2 (torch's flag)
   double momentum_decay = 4e-3;         // NAdam: psi of the momentum schedule mu_t
   bool eps_in_sqrt = false;             // RMSprop: sqrt(v + eps) instead of sqrt(v) + eps (optax's form)
+  bool no_prox = false;                 // Adan: p (1 - lr wd) - lr u instead of (p - lr u) / (1 + lr wd)
 };
 
 }  // namespace octopt

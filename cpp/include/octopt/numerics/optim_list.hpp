@@ -16,4 +16,5 @@
   X(lars)                    \
   X(radam)                   \
   X(nadam)                   \
-  X(muon)
+  X(muon)                    \
+  X(adan)

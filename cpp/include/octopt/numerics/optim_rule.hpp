@@ -2,13 +2,13 @@
 // What one optimizer's definition (rules/<name>.hpp, a specialization of OptimRule) holds, and the defaults of its
 // optional parts (RuleDefaults). A definition states:
 //   name, class_name, summary       its names (state files, the FFI handlers, Python) and one line on its semantics
-//   slots                           its state buffers s0, s1, ...: torch.optim's state key, signed or not, whether a
-//                                   separate first-moment bit width applies, when a tensor allocates it, where it
+//   slots                           its state buffers s[0], s[1], ...: torch.optim's state key, signed or not, whether
+//                                   a separate first-moment bit width applies, when a tensor allocates it, where it
 //                                   starts
 //   options, num_betas, defaults    the group keys it takes (torch-style constructor order; "betas" is the tuple), how
 //                                   many betas, and its defaults where they differ from HyperParams'
 //   scalars(s, hp, t)               its changes to the common per-step scalars (hyper_params.hpp: scalars_for_step)
-//   update(h, p, g, s0, s1, s2, u)  its per-element rule: the new parameter, the states updated in place
+//   update(h, p, g, s, u)           its per-element rule: the new parameter, the states updated in place
 // Optional (RuleDefaults): bounds (tighter ranges of shared hyper-parameters), trust (a per-tensor trust ratio),
 // tensor_scalars (per-tensor scalar state beside the slots, with its initial value), direction_step (the step's
 // "parameter" is a direction the caller finishes with a matrix operation, as Muon's Newton-Schulz: front ends wrap
@@ -23,6 +23,10 @@
 #include "step_scalars.hpp"
 
 namespace octopt {
+
+// One element's state values, dequantized to float32, by slot (s[k]: the rule's slots[k]); a rule reads and
+// writes only its own slots.
+using SlotValues = float[kMaxStateSlots];
 
 // When a tensor allocates a slot (an unallocated slot reads as zeros and is never written).
 enum class SlotUse : std::uint8_t {

@@ -14,6 +14,7 @@
 #include "rules/adam.hpp"
 #include "rules/adamw.hpp"
 #include "rules/ademamix.hpp"
+#include "rules/adan.hpp"
 #include "rules/lamb.hpp"
 #include "rules/lars.hpp"
 #include "rules/lion.hpp"
@@ -60,10 +61,9 @@ constexpr bool rule_is_valid() {
   static_assert(R::num_betas == 0 || R::num_betas == 2 || R::num_betas == 3, "num_betas is 0, 2 or 3");
   // StepTensor, the CUDA tables and the state files hold one per-tensor scalar (mu_product's place) so far
   static_assert(R::tensor_scalars.size() <= 1, "at most one per-tensor scalar until StepTensor holds more");
-  static_assert(std::is_same_v<decltype(R::update(SlotScalars{}, 0.0f, 0.0f, std::declval<float&>(),
-                                                  std::declval<float&>(), std::declval<float&>(), nullptr)),
-                               float>,
-                "update returns the new parameter");
+  static_assert(
+      std::is_same_v<decltype(R::update(SlotScalars{}, 0.0f, 0.0f, std::declval<SlotValues&>(), nullptr)), float>,
+      "update returns the new parameter");
   return R::name != nullptr && R::class_name != nullptr && R::summary != nullptr && R::options.size() > 0;
 }
 #define OCTOPT_CHECK_RULE(name) static_assert(rule_is_valid<OptimKind::name>(), "incomplete rules/" #name ".hpp");

@@ -64,16 +64,23 @@ OCTOPT_HD bool one_draw_segment(std::uint64_t index0, std::uint64_t len) {
   return (index0 >> 32) == ((index0 + len - 1) >> 32);
 }
 
-// The random streams of a tensor in one optimizer step: 0..2 the stochastic rounding of its state slots,
-// kParamStream its stochastically rounded bf16 parameter writes. The numbers are part of the results (a seed's
-// codes and bf16 bits): they do not move.
+// The random streams of a tensor in one optimizer step: 0..2 the stochastic rounding of its first three state
+// slots, kParamStream its stochastically rounded bf16 parameter writes, 4 and up the slots after the third
+// (slot_stream). The numbers are part of the results (a seed's codes and bf16 bits): they do not move.
 inline constexpr int kParamStream = 3;
 inline constexpr int kStreamsPerStep = 4;
 
+// The stream of state slot k: slots 0..2 keep streams 0..2, later slots (Adan's fourth) come after kParamStream.
+OCTOPT_HD constexpr int slot_stream(int k) { return k < kParamStream ? k : k + 1; }
+
 // The key of random stream `which` of a tensor in one optimizer step. `rng_stream` tells the tensors apart,
 // `step` (the global step number) the steps.
+// Streams 0..kStreamsPerStep-1 are those of every earlier release; stream kStreamsPerStep + j takes stream j's
+// number in a key space of its own, so that no step's streams meet another step's.
 OCTOPT_HD std::uint64_t step_stream_key(std::uint64_t seed, std::uint64_t rng_stream, std::uint64_t step, int which) {
-  return rng_key(seed ^ mix64(rng_stream + 1), step * std::uint64_t(kStreamsPerStep) + std::uint64_t(which));
+  const std::uint64_t space = std::uint64_t(which / kStreamsPerStep);
+  const std::uint64_t base = seed ^ mix64(rng_stream + 1) ^ (space ? mix64(~space) : 0);
+  return rng_key(base, step * std::uint64_t(kStreamsPerStep) + std::uint64_t(which % kStreamsPerStep));
 }
 
 // 16 random bits for element `index` (stochastic rounding of a bf16 write).

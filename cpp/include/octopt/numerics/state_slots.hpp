@@ -1,5 +1,5 @@
 #pragma once
-// The state slots of each optimizer (s0, s1, s2: which holds what, signed or not, when a tensor allocates it), as
+// The state slots of each optimizer (s[0], s[1], ...: which holds what, signed or not, when a tensor allocates it), as
 // its definition declares them (rules/<name>.hpp). The fused step (CPU and CUDA), the table and the front ends read
 // these functions; the slots are spelled out in the definitions only. The names are torch.optim's state keys;
 // signed slots use a signed map, unsigned ones (second moments) an unsigned map that never rounds a positive value

@@ -13,6 +13,7 @@ enum StepFlags : std::uint32_t {
   kRectified = 1u << 4,
   kEpsInSqrt = 1u
       << 5,  // RMSprop: eps inside the square root  // RAdam: rho_t > 5, the adaptive step times the rectification term
+  kNoProx = 1u << 7,         // Adan: weight decay p (1 - lr wd) instead of the proximal division
   kBiasCorrected = 1u << 6,  // Muon: optax's bias-corrected momentum (bc1 = 1 - beta^t, bc2 = 1 - beta^(t+1))
 };
 

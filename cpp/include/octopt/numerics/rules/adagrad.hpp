@@ -17,10 +17,10 @@ struct OptimRule<OptimKind::adagrad> : RuleDefaults {
   static OCTOPT_HD void scalars(SlotScalars& s, const HyperParams& hp, double t) {
     s.step_size = float(hp.lr / (1.0 + (t - 1.0) * hp.lr_decay));
   }
-  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, float& s0, float&, float&, float*) {
+  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, SlotValues& s, float*) {
     g = g + h.weight_decay * p;
-    s0 = s0 + g * g;
-    return p - h.step_size * (g / (rule_sqrt(s0) + h.eps));
+    s[0] = s[0] + g * g;
+    return p - h.step_size * (g / (rule_sqrt(s[0]) + h.eps));
   }
 };
 

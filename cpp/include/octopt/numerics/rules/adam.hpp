@@ -14,12 +14,12 @@ struct OptimRule<OptimKind::adam> : RuleDefaults {
   static constexpr int num_betas = 2;
   static constexpr std::array<HParamValue, 0> defaults{};
 
-  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, float& s0, float& s1, float&, float*) {
+  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, SlotValues& s, float*) {
     if (h.weight_decay != 0.0f) g = g + h.weight_decay * p;
-    s0 = rule_lerp(s0, g, h.one_minus_beta1);
-    s1 = s1 * h.beta2 + h.one_minus_beta2 * g * g;
-    const float denom = rule_sqrt(s1) / h.bc2_sqrt + h.eps;
-    return p - h.step_size * (s0 / denom);
+    s[0] = rule_lerp(s[0], g, h.one_minus_beta1);
+    s[1] = s[1] * h.beta2 + h.one_minus_beta2 * g * g;
+    const float denom = rule_sqrt(s[1]) / h.bc2_sqrt + h.eps;
+    return p - h.step_size * (s[0] / denom);
   }
 };
 

@@ -34,13 +34,13 @@ struct OptimRule<OptimKind::ademamix> : RuleDefaults {
     s.alpha = float(alpha);
     s.one_minus_alpha = float(1.0 - alpha);
   }
-  // s0 fast EMA m1, s1 second moment nu, s2 slow EMA m2
-  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, float& s0, float& s1, float& s2, float*) {
-    s0 = h.beta1 * s0 + h.one_minus_beta1 * g;
-    s2 = h.beta3 * s2 + h.one_minus_beta3 * g;
-    s1 = h.beta2 * s1 + h.one_minus_beta2 * g * g;
-    const float denom = rule_sqrt(s1) / h.bc2_sqrt + h.eps;
-    return p * h.decay - h.lr * ((s0 / h.bc1 + h.alpha * s2) / denom);
+  // s[0] fast EMA m1, s[1] second moment nu, s[2] slow EMA m2
+  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, SlotValues& s, float*) {
+    s[0] = h.beta1 * s[0] + h.one_minus_beta1 * g;
+    s[2] = h.beta3 * s[2] + h.one_minus_beta3 * g;
+    s[1] = h.beta2 * s[1] + h.one_minus_beta2 * g * g;
+    const float denom = rule_sqrt(s[1]) / h.bc2_sqrt + h.eps;
+    return p * h.decay - h.lr * ((s[0] / h.bc1 + h.alpha * s[2]) / denom);
   }
 };
 

@@ -25,10 +25,10 @@ struct OptimRule<OptimKind::lamb> : RuleDefaults {
     s.bc2_sqrt = 1.0f;
   }
   // the returned value is meaningful in the final phase only (trust filled in); u receives the direction
-  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, float& s0, float& s1, float&, float* u_out) {
-    s0 = h.beta1 * s0 + h.one_minus_beta1 * g;
-    s1 = h.beta2 * s1 + h.one_minus_beta2 * g * g;
-    const float u = (s0 / h.bc1) / (rule_sqrt(s1) / h.bc2_sqrt + h.eps) + h.weight_decay * p;
+  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, SlotValues& s, float* u_out) {
+    s[0] = h.beta1 * s[0] + h.one_minus_beta1 * g;
+    s[1] = h.beta2 * s[1] + h.one_minus_beta2 * g * g;
+    const float u = (s[0] / h.bc1) / (rule_sqrt(s[1]) / h.bc2_sqrt + h.eps) + h.weight_decay * p;
     if (u_out) *u_out = u;
     return p - h.lr * h.trust * u;
   }

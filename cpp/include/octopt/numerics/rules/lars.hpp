@@ -17,12 +17,12 @@ struct OptimRule<OptimKind::lars> : RuleDefaults {
   static constexpr TrustRatio trust = TrustRatio::lars;
 
   // u receives the direction g + wd w (the norms pass reads it)
-  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, float& s0, float&, float&, float* u_out) {
+  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, SlotValues& s, float* u_out) {
     const float d = g + h.weight_decay * p;
     if (u_out) *u_out = d;
     if (h.momentum != 0.0f) {
-      s0 = h.momentum * s0 + h.lr * h.trust * d;
-      return p - s0;
+      s[0] = h.momentum * s[0] + h.lr * h.trust * d;
+      return p - s[0];
     }
     return p - h.lr * h.trust * d;
   }

@@ -15,9 +15,9 @@ struct OptimRule<OptimKind::lion> : RuleDefaults {
   static constexpr int num_betas = 2;
   static constexpr std::array defaults{HParamValue{HParam::lr, 1e-4}, HParamValue{HParam::beta2, 0.99}};
 
-  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, float& s0, float&, float&, float*) {
-    const float c = h.beta1 * s0 + h.one_minus_beta1 * g;
-    s0 = h.beta2 * s0 + h.one_minus_beta2 * g;
+  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, SlotValues& s, float*) {
+    const float c = h.beta1 * s[0] + h.one_minus_beta1 * g;
+    s[0] = h.beta2 * s[0] + h.one_minus_beta2 * g;
     return p * h.decay - h.lr * rule_sign(c);
   }
 };

@@ -39,13 +39,13 @@ struct OptimRule<OptimKind::muon> : RuleDefaults {
     return w < 0.5f ? rule_fma(w, b - a, a) : rule_fma(w - 1.0f, b - a, b);
   }
   // returns the direction D; the parameter argument (D's previous value) is not read
-  static OCTOPT_HD float update(const SlotScalars& h, float, float g, float& s0, float&, float&, float*) {
+  static OCTOPT_HD float update(const SlotScalars& h, float, float g, SlotValues& s, float*) {
     if (h.flags & kBiasCorrected) {  // optax: mu = (1 - b) g + b mu, then bias-corrected (Nesterov: two terms)
-      s0 = h.one_minus_beta1 * g + h.beta1 * s0;
-      return (h.flags & kNesterov) ? h.beta1 * (s0 / h.bc2) + h.one_minus_beta1 * (g / h.bc1) : s0 / h.bc1;
+      s[0] = h.one_minus_beta1 * g + h.beta1 * s[0];
+      return (h.flags & kNesterov) ? h.beta1 * (s[0] / h.bc2) + h.one_minus_beta1 * (g / h.bc1) : s[0] / h.bc1;
     }
-    s0 = lerp_fused(s0, g, h.one_minus_beta1);  // torch: buf.lerp_(grad, 1 - momentum)
-    return (h.flags & kNesterov) ? lerp_fused(g, s0, h.beta1) : s0;
+    s[0] = lerp_fused(s[0], g, h.one_minus_beta1);  // torch: buf.lerp_(grad, 1 - momentum)
+    return (h.flags & kNesterov) ? lerp_fused(g, s[0], h.beta1) : s[0];
   }
 };
 

@@ -31,14 +31,14 @@ struct OptimRule<OptimKind::nadam> : RuleDefaults {
     s.nadam_mu = nadam_mu(hp.beta1, hp.momentum_decay, t);
     s.nadam_mu_next = nadam_mu(hp.beta1, hp.momentum_decay, t + 1.0);
   }
-  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, float& s0, float& s1, float&, float*) {
+  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, SlotValues& s, float*) {
     g = g + h.weight_decay * p;
     p = p * h.decay;
-    s0 = rule_lerp(s0, g, h.one_minus_beta1);
-    s1 = s1 * h.beta2 + h.one_minus_beta2 * g * g;
-    const float denom = rule_sqrt(s1 / h.bc2) + h.eps;
+    s[0] = rule_lerp(s[0], g, h.one_minus_beta1);
+    s[1] = s[1] * h.beta2 + h.one_minus_beta2 * g * g;
+    const float denom = rule_sqrt(s[1] / h.bc2) + h.eps;
     p = p + (h.nadam_grad * g) / denom;  // torch's addcdiv: p + (value * t1) / t2
-    return p + (h.nadam_mom * s0) / denom;
+    return p + (h.nadam_mom * s[0]) / denom;
   }
 };
 

@@ -28,13 +28,13 @@ struct OptimRule<OptimKind::radam> : RuleDefaults {
     s.rect = float(r.rect);
     if (r.rectified) s.flags |= kRectified;
   }
-  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, float& s0, float& s1, float&, float*) {
+  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, SlotValues& s, float*) {
     g = g + h.weight_decay * p;
     p = p * h.decay;
-    s0 = rule_lerp(s0, g, h.one_minus_beta1);
-    s1 = s1 * h.beta2 + h.one_minus_beta2 * g * g;
-    const float m_lr = (s0 / h.bc1) * h.lr;
-    const float adaptive = (1.0f / (rule_sqrt(s1) + h.eps)) * h.bc2_sqrt;  // torch: bc2**0.5 / (sqrt(v) + eps)
+    s[0] = rule_lerp(s[0], g, h.one_minus_beta1);
+    s[1] = s[1] * h.beta2 + h.one_minus_beta2 * g * g;
+    const float m_lr = (s[0] / h.bc1) * h.lr;
+    const float adaptive = (1.0f / (rule_sqrt(s[1]) + h.eps)) * h.bc2_sqrt;  // torch: bc2**0.5 / (sqrt(v) + eps)
     return p - ((h.flags & kRectified) ? (m_lr * adaptive) * h.rect : m_lr);
   }
 };

@@ -19,19 +19,19 @@ struct OptimRule<OptimKind::rmsprop> : RuleDefaults {
   // alpha is a smoothing constant here (AdEMAMix's alpha, a mixing weight, may exceed 1)
   static constexpr std::array bounds{HParamBound{HParam::alpha, 0.0, 1.0, true}};
 
-  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, float& s0, float& s1, float& s2, float*) {
-    // s0: square average, s1: momentum buffer, s2: gradient average (centered)
+  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, SlotValues& s, float*) {
+    // s[0]: square average, s[1]: momentum buffer, s[2]: gradient average (centered)
     g = g + h.weight_decay * p;
-    s0 = s0 * h.alpha + h.one_minus_alpha * g * g;
-    float var = s0;
+    s[0] = s[0] * h.alpha + h.one_minus_alpha * g * g;
+    float var = s[0];
     if (h.flags & kCentered) {
-      s2 = rule_lerp(s2, g, h.one_minus_alpha);
-      var = s0 - s2 * s2;
+      s[2] = rule_lerp(s[2], g, h.one_minus_alpha);
+      var = s[0] - s[2] * s[2];
     }
     const float avg = (h.flags & kEpsInSqrt) ? rule_sqrt(var + h.eps) : rule_sqrt(var) + h.eps;
     if (h.momentum > 0.0f) {
-      s1 = s1 * h.momentum + g / avg;
-      return p - h.lr * s1;
+      s[1] = s[1] * h.momentum + g / avg;
+      return p - h.lr * s[1];
     }
     return p - h.lr * (g / avg);
   }

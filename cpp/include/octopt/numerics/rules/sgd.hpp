@@ -15,11 +15,11 @@ struct OptimRule<OptimKind::sgd> : RuleDefaults {
   static constexpr int num_betas = 0;
   static constexpr std::array<HParamValue, 0> defaults{};
 
-  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, float& s0, float&, float&, float*) {
+  static OCTOPT_HD float update(const SlotScalars& h, float p, float g, SlotValues& s, float*) {
     float d = g + h.weight_decay * p;
     if (h.momentum != 0.0f) {
-      s0 = (h.flags & kFirstStep) ? d : s0 * h.momentum + h.one_minus_dampening * d;
-      d = (h.flags & kNesterov) ? d + h.momentum * s0 : s0;
+      s[0] = (h.flags & kFirstStep) ? d : s[0] * h.momentum + h.one_minus_dampening * d;
+      d = (h.flags & kNesterov) ? d + h.momentum * s[0] : s[0];
     }
     return p - h.lr * d;
   }
