@@ -59,10 +59,10 @@ def to_core(kind: str, group: dict, fn: str = "step") -> Any:
     hp = _octopt.HyperParams()
     betas = group["betas"]
     if not isinstance(betas, (tuple, list)) or len(betas) not in (2, 3):
-        raise ValueError(f"{fn}: 'betas' must be a tuple of 2 (or 3 for AdEMAMix) values, got {betas!r}")
+        raise ValueError(f"{fn}: 'betas' must be a tuple of 2 (or 3 for AdEMAMix and Adan) values, got {betas!r}")
     want = 3 if TABLE[kind]["num_betas"] == 3 else 2
     if len(betas) != want:  # a third beta would be silently ignored
-        what = "(beta1, beta2, beta3) for AdEMAMix" if want == 3 else f"(beta1, beta2) for {kind}"
+        what = f"(beta1, beta2, beta3) for {TABLE[kind]['class_name']}" if want == 3 else f"(beta1, beta2) for {kind}"
         raise ValueError(f"{fn}: 'betas' must be {what}, got {betas!r}")
     for i, (field, b) in enumerate(zip(("beta1", "beta2", "beta3"), betas)):
         setattr(hp, field, _number(b, f"betas[{i}]", fn))

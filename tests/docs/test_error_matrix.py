@@ -277,7 +277,7 @@ CASES: list[Case] = [
          lambda d: octopt.Adam([x32()], betas=(1.0, 0.999))),
     Case("opt-beta2-negative", "Adam(...)", "betas outside [0,1)", ValueError, r"^Adam: 'betas\[1\]' must be in \[0\.0, 1\.0\), got -0\.1",
          lambda d: octopt.Adam([x32()], betas=(0.9, -0.1))),
-    Case("opt-betas-length", "Adam(...)", "wrong shape/size (betas)", ValueError, r"^Adam: 'betas' must be a tuple of 2 \(or 3 for AdEMAMix\) values",
+    Case("opt-betas-length", "Adam(...)", "wrong shape/size (betas)", ValueError, r"^Adam: 'betas' must be a tuple of 2 \(or 3 for AdEMAMix and Adan\) values",
          lambda d: octopt.Adam([x32()], betas=(0.9,))),
     Case("opt-bits", "Adam(...)", "invalid bits", ValueError, r"^Adam: 'bits' must be 32, 8 or 4, got 6",
          lambda d: octopt.Adam([x32()], bits=6)),

@@ -122,6 +122,11 @@ def test_quantized_state_tracks_32_bit(bits, median, worst, make, grad_sequence)
         assert np.abs(np.asarray(s["absmax"])).max() > 0, name
 
 
+def test_three_betas_are_required():
+    with pytest.raises(ValueError, match=r"^Adan: 'betas' must be \(beta1, beta2, beta3\) for Adan"):
+        octopt.Adan([np.zeros(3, np.float32)], betas=(0.9, 0.99))
+
+
 def test_previous_gradient_is_state(make, grad_sequence):
     # resuming from a state dict continues the run exactly: the previous gradient travels with the state
     kw = {"lr": 1e-2}
