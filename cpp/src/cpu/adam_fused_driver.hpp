@@ -55,7 +55,7 @@ std::int64_t adam_fused_driver(const StepConfig& cfg, const StepTensor& slot, co
       auto* dst = static_cast<std::uint8_t*>(sb.data);
       std::uint8_t* out = sb.bits == 8 ? dst + i0 : s.codes;
       encode_codes(cfg.codebooks[sb.codebook], *levels[k], s.s[k], len, amax > 0.0f ? amax : 1.0f, false,
-                   cfg.stochastic_state || sb.stochastic, state_key(cfg, slot, slot_stream(k)), i0, out);
+                   cfg.stochastic_state || sb.stochastic, slot_key(cfg, slot, k), i0, out);
       if (sb.bits == 4) pack4(s.codes, len, dst + i0 / 2);
     }
   }

@@ -273,6 +273,11 @@ std::uint64_t state_key(const StepConfig& cfg, const StepTensor& slot, int which
   return step_stream_key(cfg.seed, slot.rng_stream, std::uint64_t(cfg.step), which);
 }
 
+// The key of state slot k's stochastic rounding (its stream: slot_stream).
+std::uint64_t slot_key(const StepConfig& cfg, const StepTensor& slot, int k) {
+  return state_key(cfg, slot, slot_stream(k));
+}
+
 void load_state(const StateBuffer& st, const Codebook* cbs, const Levels& L, bool vbmi, std::int64_t b, std::int64_t i0,
                 int len, float* out, std::uint8_t* codes) {
   if (st.bits == 32) {
@@ -430,7 +435,7 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
     for (int k = 0; k < kStates; ++k) {
       const StateBuffer& sb = slot.state[k];
       if (sb.data && sb.bits != 32)
-        store_state(sb, cfg.codebooks, *levels[k], b, i0, len, s.s[k], cfg, state_key(cfg, slot, slot_stream(k)), s);
+        store_state(sb, cfg.codebooks, *levels[k], b, i0, len, s.s[k], cfg, slot_key(cfg, slot, k), s);
     }
   }
   return skipped;

@@ -10,11 +10,10 @@ enum StepFlags : std::uint32_t {
   kCentered = 1u << 1,
   kFirstStep = 1u << 2,  // the momentum buffer is initialized with the first gradient (torch SGD)
   kMaximize = 1u << 3,
-  kRectified = 1u << 4,
-  kEpsInSqrt = 1u
-      << 5,  // RMSprop: eps inside the square root  // RAdam: rho_t > 5, the adaptive step times the rectification term
-  kNoProx = 1u << 7,         // Adan: weight decay p (1 - lr wd) instead of the proximal division
+  kRectified = 1u << 4,      // RAdam: rho_t > 5, the adaptive step times the rectification term
+  kEpsInSqrt = 1u << 5,      // RMSprop: eps inside the square root
   kBiasCorrected = 1u << 6,  // Muon: optax's bias-corrected momentum (bc1 = 1 - beta^t, bc2 = 1 - beta^(t+1))
+  kNoProx = 1u << 7,         // Adan: weight decay p (1 - lr wd) instead of the proximal division
 };
 
 struct SlotScalars {
