@@ -66,8 +66,8 @@ struct SharedScalars {
 __device__ SlotScalars tile_scalars(const Tables& tb, const DevTensor& t, int ti, int phase) {
   const HyperParams* hp = args_hparams(tb.args, tb.n_tensors);
   SlotScalars s = scalars_for_step(tb.kind, hp[t.group], tb.steps[ti] + 1);
-  if (tb.kind == OptimKind::nadam) nadam_bind(s, nadam_advance(tb.mu_product[ti], s.nadam_mu));
-  if (phase == kPhaseApply) s.trust = tb.trust[ti];  // from the norms pass
+  if (optim_has_tensor_scalar(tb.kind)) advance_tensor_scalar(tb.kind, s, tb.mu_product[ti]);  // binds s
+  if (phase == kPhaseApply) s.trust = tb.trust[ti];                                            // from the norms pass
   return s;
 }
 

@@ -60,10 +60,11 @@ __device__ inline void finish_step(const Tables& tb) {
   const bool norms = optim_uses_trust_ratio(tb.kind);
   for (int i = int(threadIdx.x); i < tb.n_tensors; i += int(blockDim.x)) {
     if (!grads[i].ptr) continue;
-    if (tb.kind == OptimKind::nadam) {
+    if (optim_has_tensor_scalar(tb.kind)) {
       const HyperParams& hp = args_hparams(tb.args, tb.n_tensors)[tb.tensors[i].group];
-      const double t = double(tb.steps[i] + 1);  // the step just taken, as tile_scalars derived it
-      tb.mu_product[i] = nadam_advance(tb.mu_product[i], nadam_mu(hp.beta1, hp.momentum_decay, t));
+      // the step just taken, with the scalars tile_scalars derived for it
+      SlotScalars s = scalars_for_step(tb.kind, hp, tb.steps[i] + 1);
+      tb.mu_product[i] = advance_tensor_scalar(tb.kind, s, tb.mu_product[i]);
     }
     tb.steps[i] += 1;
     // The norms pass wrote the trust of every stepped tensor that has a tile; an empty tensor's

@@ -9,6 +9,7 @@
 #include "octopt/blockwise.hpp"
 #include "octopt/numerics/convert.hpp"
 #include "octopt/optim.hpp"
+#include "octopt/step_setup.hpp"
 #include "octopt/threading.hpp"
 #include "cpu/kernels.hpp"
 
@@ -54,8 +55,10 @@ void validate_step(const StepConfig& cfg, const StepTensor* tensors, std::size_t
     const auto where = [&] { return std::string(f) + ": tensor " + std::to_string(i) + ": "; };
     if (s.n < 0) throw std::invalid_argument(where() + "negative element count");
     validate_block_size(s.block_size, fn);
-    if (cfg.kind == OptimKind::nadam && !(s.mu_product >= 0.0f && s.mu_product <= 1.0f))
-      throw std::invalid_argument(where() + "mu_product must be in [0, 1], got " + std::to_string(s.mu_product));
+    if (optim_has_tensor_scalar(cfg.kind)) {
+      const std::string why = tensor_scalar_problem(cfg.kind, s.mu_product);
+      if (!why.empty()) throw std::invalid_argument(where() + why + ", got " + std::to_string(s.mu_product));
+    }
     if (s.grad && s.grad_dtype != s.param_dtype && s.grad_dtype != DType::f32)
       throw std::invalid_argument(where() + "gradient dtype " + dtype_name(s.grad_dtype) +
                                   " must be the parameter's (" + dtype_name(s.param_dtype) + ") or float32");
@@ -99,12 +102,11 @@ StepResult step(const StepConfig& cfg, StepTensor* tensors, std::size_t n_tensor
   ws.offsets[0] = 0;
   for (std::size_t i = 0; i < n_tensors; ++i)
     ws.offsets[i + 1] = ws.offsets[i] + (tensors[i].grad ? chunk_count(tensors[i].n, tensors[i].block_size) : 0);
-  if (cfg.kind == OptimKind::nadam) {
-    // the tensor's running product of mu moves to this step before its coefficients are derived
+  if (optim_has_tensor_scalar(cfg.kind)) {
+    // the tensor's scalar (NAdam's running product of mu) moves to this step before the step's scalars use it
     for (std::size_t i = 0; i < n_tensors; ++i) {
       if (!tensors[i].grad) continue;
-      tensors[i].mu_product = nadam_advance(tensors[i].mu_product, tensors[i].scalars.nadam_mu);
-      nadam_bind(tensors[i].scalars, tensors[i].mu_product);
+      tensors[i].mu_product = advance_tensor_scalar(cfg.kind, tensors[i].scalars, tensors[i].mu_product);
     }
   }
   StepResult result;

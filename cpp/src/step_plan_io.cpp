@@ -111,8 +111,10 @@ void StepPlan::save(const std::string& path) {
                        {"shape", Json::array(std::move(shape))},
                        {"slots", Json::object(std::move(slots))},
                        {"step", integer(steps[i])}};
-    // NAdam's running product is state the step count does not give back cheaply (sorted key order)
-    if (p.kind == OptimKind::nadam) entry.insert(entry.begin(), {"mu_product", Json::number(double(mu[i]))});
+    // a per-tensor scalar (NAdam's running product) is state the step count does not give back cheaply (sorted
+    // key order: mu_product comes first)
+    if (optim_has_tensor_scalar(p.kind))
+      entry.insert(entry.begin(), {tensor_scalar_defs(p.kind)[0].name, Json::number(double(mu[i]))});
     layout.push_back(Json::object(std::move(entry)));
   }
   Json::Array groups;
@@ -285,10 +287,13 @@ void StepPlan::load(const std::string& path) {
     const std::int64_t step = int_of(e.find("step"), "tensor " + std::to_string(i) + " 'step'");
     if (step < 0) throw malformed("tensor " + std::to_string(i) + " has a negative step count");
     steps.push_back(step);
-    if (p.kind == OptimKind::nadam) {
-      const Json* m = e.find("mu_product");
-      if (m == nullptr || !m->is_number() || !(m->as_double() >= 0.0 && m->as_double() <= 1.0))
-        throw malformed("tensor " + std::to_string(i) + " lacks NAdam's 'mu_product' in [0, 1]");
+    if (optim_has_tensor_scalar(p.kind)) {
+      const char* name = tensor_scalar_defs(p.kind)[0].name;
+      const Json* m = e.find(name);
+      const std::string why = m && m->is_number() ? tensor_scalar_problem(p.kind, m->as_double()) : "missing";
+      if (!why.empty())
+        throw malformed("tensor " + std::to_string(i) + " lacks " + optim_def(p.kind).class_name + "'s '" + name +
+                        "' in " + tensor_scalar_range(p.kind));
       mus.push_back(float(m->as_double()));
     }
     const Json* slots = e.find("slots");
@@ -355,7 +360,7 @@ void StepPlan::load(const std::string& path) {
     p.groups[gi].cached_step = 0;
   }
   set_tensor_steps(steps, "load");
-  if (p.kind == OptimKind::nadam) set_tensor_mu_products(mus, "load");
+  if (optim_has_tensor_scalar(p.kind)) set_tensor_mu_products(mus, "load");
   set_global_step(global_step);
 }
 

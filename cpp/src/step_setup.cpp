@@ -36,6 +36,35 @@ std::vector<TensorScalarDef> tensor_scalar_defs(OptimKind kind) {
 }
 
 // StepTensor holds one per-tensor scalar (mu_product, the only one any definition declares so far)
+namespace {
+
+// v as the shortest of std::to_string's digits ("1.000000" -> "1", "0.500000" -> "0.5")
+std::string short_number(float v) {
+  std::string s = std::to_string(v);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (s.back() == '.') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+std::string tensor_scalar_range(OptimKind kind) {
+  return visit_optim(kind, [](auto k) -> std::string {
+    for (const TensorScalarDef& d : OptimRule<decltype(k)::value>::tensor_scalars)
+      return "[" + short_number(d.lo) + ", " + short_number(d.hi) + "]";
+    return std::string();
+  });
+}
+
+std::string tensor_scalar_problem(OptimKind kind, double x) {
+  return visit_optim(kind, [&](auto k) -> std::string {
+    for (const TensorScalarDef& d : OptimRule<decltype(k)::value>::tensor_scalars)
+      if (!(x >= double(d.lo) && x <= double(d.hi)))
+        return std::string(d.name) + " must be in " + tensor_scalar_range(kind);
+    return std::string();
+  });
+}
+
 void load_tensor_scalars(OptimKind kind, const float* values, StepTensor* tensors, std::size_t n_tensors) {
   if (tensor_scalar_defs(kind).empty()) return;
   for (std::size_t t = 0; t < n_tensors; ++t) tensors[t].mu_product = values[t];

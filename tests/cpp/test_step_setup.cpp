@@ -67,6 +67,29 @@ OCTOPT_TEST(step_setup_tensor_scalars) {
   load_tensor_scalars(OptimKind::adam, nullptr, t, 2);
 }
 
+// The per-tensor scalar's range and advance come from the rule (NAdam's mu_product), not from a kind test.
+OCTOPT_TEST(step_setup_tensor_scalar_rule) {
+  CHECK(optim_has_tensor_scalar(OptimKind::nadam) && !optim_has_tensor_scalar(OptimKind::adam) &&
+        !optim_has_tensor_scalar(OptimKind::adan));
+  CHECK_EQ(tensor_scalar_range(OptimKind::nadam), std::string("[0, 1]"));
+  CHECK_EQ(tensor_scalar_range(OptimKind::adam), std::string(""));
+  CHECK_EQ(tensor_scalar_problem(OptimKind::nadam, 2.0), std::string("mu_product must be in [0, 1]"));
+  CHECK_EQ(tensor_scalar_problem(OptimKind::nadam, 0.5), std::string(""));
+  CHECK_EQ(tensor_scalar_problem(OptimKind::adam, 2.0), std::string(""));
+  HyperParams hp;
+  hp.momentum_decay = 4e-3;
+  SlotScalars s = compute_scalars(OptimKind::nadam, hp, 3);
+  const float before = 0.5f;
+  const float after = advance_tensor_scalar(OptimKind::nadam, s, before);
+  CHECK_EQ(after, nadam_advance(before, s.nadam_mu));
+  SlotScalars bound = compute_scalars(OptimKind::nadam, hp, 3);
+  nadam_bind(bound, after);
+  CHECK_EQ(s.nadam_grad, bound.nadam_grad);
+  CHECK_EQ(s.nadam_mom, bound.nadam_mom);
+  SlotScalars a = compute_scalars(OptimKind::adam, hp, 3);
+  CHECK_EQ(advance_tensor_scalar(OptimKind::adam, a, 0.25f), 0.25f);
+}
+
 OCTOPT_TEST(step_setup_config_and_scalars) {
   StepOptions o;
   o.seed = 7;

@@ -44,6 +44,11 @@ std::vector<TensorScalarDef> tensor_scalar_defs(OptimKind kind);
 void load_tensor_scalars(OptimKind kind, const float* values, StepTensor* tensors, std::size_t n_tensors);
 void store_tensor_scalars(OptimKind kind, const StepTensor* tensors, std::size_t n_tensors, float* values);
 
+// The range of kind's per-tensor scalar as text ("[0, 1]"; "" without one), and why x cannot be that scalar
+// ("mu_product must be in [0, 1]"), or "" when it can or kind has none (allocating only for the message).
+std::string tensor_scalar_range(OptimKind kind);
+std::string tensor_scalar_problem(OptimKind kind, double x);
+
 // ---- the step's configuration and scalars ---------------------------------------------------------
 
 // Options of a step that are not hyper-parameters (a StepPlan's PlanOptions; the XLA handlers'

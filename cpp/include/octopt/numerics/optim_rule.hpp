@@ -10,7 +10,8 @@
 //   scalars(s, hp, t)               its changes to the common per-step scalars (hyper_params.hpp: scalars_for_step)
 //   update(h, p, g, s, u)           its per-element rule: the new parameter, the states updated in place
 // Optional (RuleDefaults): bounds (tighter ranges of shared hyper-parameters), trust (a per-tensor trust ratio),
-// tensor_scalars (per-tensor scalar state beside the slots, with its initial value), direction_step (the step's
+// tensor_scalars (per-tensor scalar state beside the slots, with its initial value and range; advance and bind move
+// it along each step and derive the step's scalars from it), direction_step (the step's
 // "parameter" is a direction the caller finishes with a matrix operation, as Muon's Newton-Schulz: front ends wrap
 // the core optimizer in a class of their own instead of exposing it).
 // A rule that leaves out a required part fails to compile where the dispatch reads it (optim_rules.hpp).
@@ -62,6 +63,7 @@ struct HParamBound {
 struct TensorScalarDef {
   const char* name;  // its name in state dicts and in octopt.optax's state
   float initial;     // its value before the tensor's first step
+  float lo, hi;      // the values a step, a state file or an XLA call may hand in
 };
 
 // Optimizers whose update is scaled per tensor by a trust ratio (a norms pass first: trust_ratio.hpp).
@@ -78,6 +80,10 @@ struct RuleDefaults {
   static constexpr std::array<TensorScalarDef, 0> tensor_scalars{};
   static constexpr bool direction_step = false;
   static OCTOPT_HD void scalars(SlotScalars&, const HyperParams&, double) {}
+  // With a tensor scalar: its value after this step from its value before and the step's scalars, and the step's
+  // scalars that depend on its new value (advance_tensor_scalar in optim_rules.hpp calls both).
+  static OCTOPT_HD float advance(const SlotScalars&, float x) { return x; }
+  static OCTOPT_HD void bind(SlotScalars&, float) {}
 };
 
 }  // namespace octopt

@@ -52,6 +52,24 @@ OCTOPT_HD constexpr decltype(auto) visit_optim(OptimKind kind, F&& f) {
 template <OptimKind K>
 inline constexpr int rule_slot_count = int(sizeof(OptimRule<K>::slots) / sizeof(SlotSpec));
 
+// Whether K carries a per-tensor scalar (its rule's tensor_scalars; at most one).
+template <OptimKind K>
+inline constexpr bool rule_has_tensor_scalar = OptimRule<K>::tensor_scalars.size() > 0;
+OCTOPT_HD bool optim_has_tensor_scalar(OptimKind kind) {
+  return visit_optim(kind, [](auto k) { return rule_has_tensor_scalar<decltype(k)::value>; });
+}
+
+// A tensor's scalar moved to this step, s's scalars bound to its new value (which is returned); the rule's
+// advance and bind, a no-op for rules without one.
+OCTOPT_HD float advance_tensor_scalar(OptimKind kind, SlotScalars& s, float x) {
+  return visit_optim(kind, [&](auto k) {
+    using R = OptimRule<decltype(k)::value>;
+    const float next = R::advance(s, x);
+    R::bind(s, next);
+    return next;
+  });
+}
+
 // Every definition is complete and within the limits: checked once per listed optimizer.
 template <OptimKind K>
 constexpr bool rule_is_valid() {

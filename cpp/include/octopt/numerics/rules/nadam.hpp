@@ -20,7 +20,7 @@ struct OptimRule<OptimKind::nadam> : RuleDefaults {
   static constexpr std::array defaults{HParamValue{HParam::lr, 2e-3}};
   // torch.optim.NAdam's state['mu_product'], the running product of the momentum coefficients: 1 before the first
   // step, advanced by each step (nadam_advance, schedules.hpp)
-  static constexpr std::array tensor_scalars{TensorScalarDef{"mu_product", 1.0f}};
+  static constexpr std::array tensor_scalars{TensorScalarDef{"mu_product", 1.0f, 0.0f, 1.0f}};
 
   static OCTOPT_HD void scalars(SlotScalars& s, const HyperParams& hp, double t) {
     if (hp.decoupled_weight_decay)
@@ -31,6 +31,11 @@ struct OptimRule<OptimKind::nadam> : RuleDefaults {
     s.nadam_mu = nadam_mu(hp.beta1, hp.momentum_decay, t);
     s.nadam_mu_next = nadam_mu(hp.beta1, hp.momentum_decay, t + 1.0);
   }
+  // mu_product moves to this step (times mu_t), then the coefficients of g and m come from it
+  static OCTOPT_HD float advance(const SlotScalars& s, float mu_product) {
+    return nadam_advance(mu_product, s.nadam_mu);
+  }
+  static OCTOPT_HD void bind(SlotScalars& s, float mu_product) { nadam_bind(s, mu_product); }
   static OCTOPT_HD float update(const SlotScalars& h, float p, float g, SlotValues& s, float*) {
     g = g + h.weight_decay * p;
     p = p * h.decay;
