@@ -6,12 +6,29 @@
 #include <string>
 #include <utility>
 
+#include "octopt/optim_table.hpp"
+
 namespace octopt {
+
+namespace {
+
+// An optimizer whose step writes a direction (Muon: its momentum step, to be orthogonalized and applied with
+// muon_apply) would write that direction into the parameter: Optimizer refuses it.
+OptimKind stepping_kind(OptimKind kind, const char* fn) {
+  const OptimDef& def = optim_def(kind);
+  if (def.direction_step)
+    throw std::invalid_argument(std::string(fn) + ": argument 'kind' is " + def.name +
+                                ", whose step writes a direction rather than the parameter: step it with a StepPlan "
+                                "into a direction buffer, orthogonalize, then octopt::muon_apply (docs/muon.md)");
+  return kind;
+}
+
+}  // namespace
 
 Optimizer::Optimizer(OptimKind kind, HyperParams hp, int bits, int block_size, std::int64_t min_8bit_size,
                      std::uint64_t seed) {
   constexpr const char* fn = "Optimizer";
-  (void)optim_def(kind);
+  (void)stepping_kind(kind, fn);
   LayoutOptions lo;
   lo.bits = bits;
   lo.block_size = block_size;
@@ -26,7 +43,7 @@ Optimizer::Optimizer(OptimKind kind, HyperParams hp, int bits, int block_size, s
 }
 
 Optimizer::Optimizer(OptimKind kind, const PlanOptions& options, std::shared_ptr<StateAllocator> allocator)
-    : plan_(std::make_unique<StepPlan>(kind, options, std::move(allocator), "Optimizer")) {}
+    : plan_(std::make_unique<StepPlan>(stepping_kind(kind, "Optimizer"), options, std::move(allocator), "Optimizer")) {}
 
 int Optimizer::add_group(const HyperParams& hp, const LayoutOptions& layout) {
   // groups are made in order: the constructor's group 0 first

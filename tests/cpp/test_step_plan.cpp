@@ -209,3 +209,12 @@ OCTOPT_TEST(fp8_state_map_layout_codes_and_files) {
   CHECK_THROWS(dynamic.load(path), std::invalid_argument, {"state_map=\"fp8\" in the file but \"dynamic\" here"});
   std::remove(path.c_str());
 }
+
+// Muon's core step writes a direction, not the parameter: the Optimizer front end refuses it (both constructors)
+// rather than overwrite the parameter with the direction.
+OCTOPT_TEST(optimizer_refuses_direction_steps) {
+  CHECK_THROWS(Optimizer(OptimKind::muon), std::invalid_argument, {"Optimizer", "'kind'", "muon", "muon_apply"});
+  CHECK_THROWS(Optimizer(OptimKind::muon, PlanOptions{}), std::invalid_argument, {"muon_apply"});
+  Optimizer fine(OptimKind::adan);
+  CHECK_EQ(fine.kind(), OptimKind::adan);
+}
