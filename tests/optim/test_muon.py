@@ -178,3 +178,30 @@ def test_nonfinite_gradient_leaves_the_matrix_and_state_unchanged():
     assert skipped > 0
     np.testing.assert_array_equal(p, np.float32(1 - 0.02 * 0.1))  # only the decay: the direction was zero
     assert not np.any(opt.state_dict()["state"][0]["slots"]["momentum_buffer"]["data"])
+
+
+@pytest.mark.parametrize("bits", [32, 8])
+def test_loads_a_torch_optim_muon_state_dict(bits):
+    # torch.optim.Muon keeps momentum_buffer and no step count: its state dict loads and the run continues as
+    # torch's would (32-bit: to float32 rounding, as test_32bit_matches_torch_optim_muon; 8-bit: the momentum
+    # requantized, close)
+    torch.manual_seed(0)
+    w0 = torch.randn(67, 65)  # 4355 elements: quantized at 8 bits
+    grads = [torch.randn(67, 65) for _ in range(6)]
+    w = torch.nn.Parameter(w0.clone())
+    ref = torch.optim.Muon([w], lr=0.02)
+    for g in grads[:3]:
+        w.grad = g.clone()
+        ref.step()
+    saved = ref.state_dict()
+    assert "step" not in saved["state"][0]
+    v = torch.nn.Parameter(w.detach().clone())
+    opt = ot.Muon([v], lr=0.02, bits=bits)
+    opt.load_state_dict(saved)
+    for g in grads[3:]:
+        w.grad = g.clone()
+        ref.step()
+        v.grad = g.clone()
+        opt.step()
+    err = (v - w).abs().max().item()
+    assert err <= 2e-6 if bits == 32 else err < 1e-2 * (w - w0).abs().max().item()

@@ -55,6 +55,15 @@ class Muon(TorchOptimizer):
             for k, v in self._ns.items():
                 g.setdefault(k, v)
 
+    def load_state_dict(self, state_dict: dict) -> None:
+        # torch.optim.Muon keeps no step count (its update does not use one): such entries load as step 0, which
+        # only numbers the random streams of stochastic rounding from there on
+        state = state_dict.get("state") if isinstance(state_dict, dict) else None
+        if isinstance(state, dict) and any(isinstance(e, dict) and "step" not in e for e in state.values()):
+            filled = {k: {**e, "step": 0} if isinstance(e, dict) and "step" not in e else e for k, e in state.items()}
+            state_dict = {**state_dict, "state": filled}
+        super().load_state_dict(state_dict)
+
     def add_param_group(self, param_group: dict) -> None:
         fn = type(self).__name__
         if isinstance(param_group, dict) and "params" in param_group:
