@@ -68,7 +68,7 @@ def check_state_dict(opt: Any, sd: Any, fn: str) -> tuple[list[tuple[Any, Any]],
         step = s.get("step")
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or not 0 <= step < 2**63:
             raise ValueError(f"{where}: bad step count {step!r}")
-        if opt.kind == "nadam":
+        if _hparams.has_tensor_scalar(opt.kind):
             mu = s.get("mu_product")
             if isinstance(mu, bool) or not isinstance(mu, (int, float, np.floating)) or not 0.0 <= float(mu) <= 1.0:
                 raise ValueError(f"{where}: bad NAdam mu_product {mu!r} (expected a number in [0, 1])")

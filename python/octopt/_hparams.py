@@ -34,6 +34,12 @@ _FLAG_KEYS = tuple(k for k in GROUP_KEYS if _TYPES.get(k) == "flag")
 COMMON_DEFAULTS: dict[str, Any] = dict(TABLE["adam"]["defaults"])
 
 
+def has_tensor_scalar(kind: str) -> bool:
+    """Whether the optimizer carries a per-tensor scalar beside its slots (NAdam's mu_product; the table's
+    tensor_scalars: at most one)."""
+    return bool(TABLE[kind]["tensor_scalars"])
+
+
 def defaults(kind: str) -> dict[str, Any]:
     """Every group key with the optimizer's default."""
     return dict(TABLE[kind]["defaults"])

@@ -52,7 +52,7 @@ class _TensorState:
     @property
     def mu_product(self) -> float | None:
         """NAdam: the running product of this tensor's momentum coefficients (None for other optimizers)."""
-        if self._owner.kind != "nadam":
+        if not _hparams.has_tensor_scalar(self._owner.kind):
             return None
         return float(self._owner._plan.tensor_mu_products()[self._index])
 
@@ -392,7 +392,7 @@ class Optimizer:
         from ._checkpoint import groups_of
 
         steps = self._plan.tensor_steps()
-        mus = self._plan.tensor_mu_products() if self.kind == "nadam" else None
+        mus = self._plan.tensor_mu_products() if _hparams.has_tensor_scalar(self.kind) else None
         state = []
         for i, (t, step) in enumerate(zip(self._tensors, steps)):
             slots = {}
@@ -420,7 +420,7 @@ class Optimizer:
         for dst, src in pending:
             _copy_into(dst, src)
         self._plan.set_tensor_steps([int(s["step"]) for s in sd["state"]], "load_state_dict")
-        if self.kind == "nadam":
+        if _hparams.has_tensor_scalar(self.kind):
             self._plan.set_tensor_mu_products([float(s["mu_product"]) for s in sd["state"]], "load_state_dict")
         for gi, (g, h) in enumerate(zip(self.param_groups, sd["param_groups"])):
             for k, v in h.items():

@@ -7,6 +7,7 @@
 
 #include "exports.hpp"
 #include "octopt/optim_table.hpp"
+#include "octopt/step_setup.hpp"
 
 namespace {
 
@@ -35,6 +36,10 @@ nb::dict optim_entry(const octopt::OptimDef& o) {
   e["class_name"] = o.class_name;
   e["summary"] = o.summary;
   e["direction_step"] = o.direction_step;
+  nb::list scalars;  // per-tensor scalar state (NAdam's mu_product): name, initial value, range
+  for (const octopt::TensorScalarDef& d : octopt::tensor_scalar_defs(o.kind))
+    scalars.append(nb::make_tuple(d.name, d.initial, d.lo, d.hi));
+  e["tensor_scalars"] = scalars;
   nb::list slots;
   for (const auto& s : o.slots) slots.append(nb::make_tuple(s.name, s.is_signed, s.first_moment));
   e["slots"] = slots;

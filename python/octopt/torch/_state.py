@@ -124,7 +124,7 @@ def load_param_state(binding: Any, p: torch.Tensor, entry: Any, fn: str) -> None
     else:
         pending = _from_native(t._owner, t, local_entry(entry, dist, t, where), None, where)
     step = _step(entry.get("step"), where)
-    mu = _mu_product(entry.get("mu_product"), where) if kind == "nadam" else None
+    mu = _mu_product(entry.get("mu_product"), where) if _hparams.has_tensor_scalar(kind) else None
     with torch.no_grad():
         for dst, src in pending:
             dst.copy_(src.reshape(dst.shape))
@@ -246,7 +246,7 @@ def load_state_dict(binding: Any, param_groups: list, sd: Any, fn: str) -> None:
             local = local_entry(entry, binding.dist(p), t, where)
             pending += _from_native(core, t, local, lay, where)
         steps.append((t, _step(entry.get("step"), where)))
-        if kind == "nadam":
+        if _hparams.has_tensor_scalar(kind):
             mus[id(core)][t._index] = _mu_product(entry.get("mu_product"), where)
     new_groups = _merged_groups(binding, param_groups, saved_groups, any_bnb, fn)
     if any_bnb and kind == "adam" and any(float(g.get("weight_decay", 0)) != 0 for g in new_groups):
@@ -263,7 +263,7 @@ def load_state_dict(binding: Any, param_groups: list, sd: Any, fn: str) -> None:
             dst.copy_(src.reshape(dst.shape))
     for t, s in steps:
         t.step = s
-    if kind == "nadam":
+    if _hparams.has_tensor_scalar(kind):
         for c in binding.cores.values():
             c._plan.set_tensor_mu_products(mus[id(c)], fn)
     for g, new in zip(param_groups, new_groups):
