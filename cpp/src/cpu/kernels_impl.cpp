@@ -375,17 +375,21 @@ std::int64_t run_blocks(const StepConfig& cfg, const StepTensor& slot, std::int6
   for (int k = 0; k < kStates; ++k)
     if (slot.state[k].data && slot.state[k].bits != 32) levels[k] = &levels_for(cfg.codebooks[slot.state[k].codebook]);
   const bool vbmi = active().vbmi;
+  // the rule's own hand-vectorized loop (OptimRule::cpu_kernel), where it applies
+  constexpr CpuKernel kCpu = OptimRule<K>::cpu_kernel;
+  static_assert(
+      kCpu == CpuKernel::generic || kCpu == CpuKernel::adam_l2_decay || kCpu == CpuKernel::adam_decoupled_decay,
+      "a CpuKernel without a block loop here");
+  if constexpr (kCpu != CpuKernel::generic && P == DType::f32 && G == DType::f32) {
+    constexpr bool kDecoupled = kCpu == CpuKernel::adam_decoupled_decay;
+    if (phase == OptimPhase::single && adam_fused_applies(cfg, slot)) {
 #if defined(OCTOPT_ISA_AVX512) || defined(OCTOPT_ISA_AVX2)
-  if constexpr ((K == OptimKind::adam || K == OptimKind::adamw) && P == DType::f32 && G == DType::f32) {
-    if (phase == OptimPhase::single && adam_fused_applies(cfg, slot))
-      return adam_fused_blocks<K == OptimKind::adamw>(cfg, slot, levels, vbmi, b0, b1);
-  }
-#elif defined(OCTOPT_ISA_PORTABLE) || defined(OCTOPT_ISA_NEON)
-  if constexpr ((K == OptimKind::adam || K == OptimKind::adamw) && P == DType::f32 && G == DType::f32) {
-    if (phase == OptimPhase::single && adam_fused_applies(cfg, slot))
-      return adam_fused_blocks_portable<K == OptimKind::adamw>(cfg, slot, levels, b0, b1);
-  }
+      return adam_fused_blocks<kDecoupled>(cfg, slot, levels, vbmi, b0, b1);
+#else
+      return adam_fused_blocks_portable<kDecoupled>(cfg, slot, levels, b0, b1);
 #endif
+    }
+  }
   std::int64_t skipped = 0;
   // float32 parameters, gradients and 32-bit states are updated where they lie (no staging copy);
   // everything else goes through the per-thread block buffers.

@@ -13,7 +13,8 @@
 // tensor_scalars (per-tensor scalar state beside the slots, with its initial value and range; advance and bind move
 // it along each step and derive the step's scalars from it), direction_step (the step's
 // "parameter" is a direction the caller finishes with a matrix operation, as Muon's Newton-Schulz: front ends wrap
-// the core optimizer in a class of their own instead of exposing it).
+// the core optimizer in a class of their own instead of exposing it), cpu_kernel (a hand-vectorized CPU block
+// loop that computes this update operation for operation, taken where its preconditions hold; cpu/kernels_impl.cpp).
 // A rule that leaves out a required part fails to compile where the dispatch reads it (optim_rules.hpp).
 #include <array>
 
@@ -66,6 +67,15 @@ struct TensorScalarDef {
   float lo, hi;      // the values a step, a state file or an XLA call may hand in
 };
 
+// A hand-vectorized CPU block loop a rule may name (cpu/adam_fused_driver.hpp and the ISA files beside it). Its results
+// are the generic loop's bit for bit (tests/optim/test_canonical_nan_fused.py, the ISA hash goldens); a rule that
+// names none runs on the generic loop, which every rule has.
+enum class CpuKernel : std::uint8_t {
+  generic,
+  adam_l2_decay,         // Adam's update with L2 weight decay added to the gradient (rules/adam.hpp)
+  adam_decoupled_decay,  // Adam's update with the parameter scaled by 1 - lr wd first (rules/adamw.hpp)
+};
+
 // Optimizers whose update is scaled per tensor by a trust ratio (a norms pass first: trust_ratio.hpp).
 enum class TrustRatio : std::uint8_t { none, lamb, lars };
 
@@ -79,6 +89,7 @@ struct RuleDefaults {
   static constexpr TrustRatio trust = TrustRatio::none;
   static constexpr std::array<TensorScalarDef, 0> tensor_scalars{};
   static constexpr bool direction_step = false;
+  static constexpr CpuKernel cpu_kernel = CpuKernel::generic;
   static OCTOPT_HD void scalars(SlotScalars&, const HyperParams&, double) {}
   // With a tensor scalar: its value after this step from its value before and the step's scalars, and the step's
   // scalars that depend on its new value (advance_tensor_scalar in optim_rules.hpp calls both).

@@ -12,6 +12,7 @@ struct OptimRule<OptimKind::adam> : RuleDefaults {
   static constexpr SlotSpec slots[] = {{"exp_avg", true, true}, {"exp_avg_sq", false, false}};
   static constexpr std::array options{"lr", "betas", "eps", "weight_decay", "maximize"};
   static constexpr int num_betas = 2;
+  static constexpr CpuKernel cpu_kernel = CpuKernel::adam_l2_decay;
   static constexpr std::array<HParamValue, 0> defaults{};
 
   static OCTOPT_HD float update(const SlotScalars& h, float p, float g, SlotValues& s, float*) {

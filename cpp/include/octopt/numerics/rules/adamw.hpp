@@ -13,6 +13,7 @@ struct OptimRule<OptimKind::adamw> : RuleDefaults {
   static constexpr SlotSpec slots[] = {{"exp_avg", true, true}, {"exp_avg_sq", false, false}};
   static constexpr std::array options{"lr", "betas", "eps", "weight_decay", "maximize"};
   static constexpr int num_betas = 2;
+  static constexpr CpuKernel cpu_kernel = CpuKernel::adam_decoupled_decay;
   static constexpr std::array defaults{HParamValue{HParam::weight_decay, 1e-2}};
 
   static OCTOPT_HD float update(const SlotScalars& h, float p, float g, SlotValues& s, float*) {
