@@ -68,10 +68,9 @@ def check_state_dict(opt: Any, sd: Any, fn: str) -> tuple[list[tuple[Any, Any]],
         step = s.get("step")
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or not 0 <= step < 2**63:
             raise ValueError(f"{where}: bad step count {step!r}")
-        if _hparams.has_tensor_scalar(opt.kind):
-            mu = s.get("mu_product")
-            if isinstance(mu, bool) or not isinstance(mu, (int, float, np.floating)) or not 0.0 <= float(mu) <= 1.0:
-                raise ValueError(f"{where}: bad NAdam mu_product {mu!r} (expected a number in [0, 1])")
+        scalar = _hparams.tensor_scalar_name(opt.kind)
+        if scalar is not None:
+            _hparams.checked_tensor_scalar(opt.kind, s.get(scalar), where)
         slots = s.get("slots", {})
         want = {sp.name: sp for sp in t.specs}
         if set(slots) != set(want):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from . import _octopt
 
 # The core's table (cpp/include/octopt/optim_table.hpp), read once.
@@ -38,6 +40,27 @@ def has_tensor_scalar(kind: str) -> bool:
     """Whether the optimizer carries a per-tensor scalar beside its slots (NAdam's mu_product; the table's
     tensor_scalars: at most one)."""
     return bool(TABLE[kind]["tensor_scalars"])
+
+
+def tensor_scalar_name(kind: str) -> str | None:
+    """The state-dict key of the optimizer's per-tensor scalar (its definition's name: torch's), or None."""
+    scalars = TABLE[kind]["tensor_scalars"]
+    return scalars[0][0] if scalars else None
+
+
+def checked_tensor_scalar(kind: str, v: Any, where: str) -> float:
+    """The optimizer's per-tensor scalar read from a state dict entry (a number, or a one-element tensor's
+    item), checked against the range its definition declares."""
+    name, _initial, lo, hi = TABLE[kind]["tensor_scalars"][0]
+    if v is None:
+        raise ValueError(f"{where} lacks {TABLE[kind]['class_name']}'s '{name}'")
+    if hasattr(v, "numel") and hasattr(v, "item"):  # a torch tensor, as torch.optim keeps it
+        if v.numel() != 1:
+            raise ValueError(f"{where} has a '{name}' tensor of {v.numel()} elements; expected one")
+        v = v.item()
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not lo <= float(v) <= hi:
+        raise ValueError(f"{where} has a bad '{name}' {v!r}; expected a number in [{lo:g}, {hi:g}]")
+    return float(v)
 
 
 def defaults(kind: str) -> dict[str, Any]:

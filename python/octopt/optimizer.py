@@ -392,7 +392,8 @@ class Optimizer:
         from ._checkpoint import groups_of
 
         steps = self._plan.tensor_steps()
-        mus = self._plan.tensor_mu_products() if _hparams.has_tensor_scalar(self.kind) else None
+        scalar = _hparams.tensor_scalar_name(self.kind)
+        mus = self._plan.tensor_mu_products() if scalar is not None else None
         state = []
         for i, (t, step) in enumerate(zip(self._tensors, steps)):
             slots = {}
@@ -404,7 +405,7 @@ class Optimizer:
                 slots[s.name] = entry
             state.append({"step": int(step), "numel": t.info.size, "slots": slots})
             if mus is not None:  # NAdam's running product of its momentum coefficients (torch's key)
-                state[-1]["mu_product"] = float(mus[i])
+                state[-1][scalar] = float(mus[i])
         return {
             "optimizer": self.kind,
             "global_step": self.global_step,
@@ -420,8 +421,9 @@ class Optimizer:
         for dst, src in pending:
             _copy_into(dst, src)
         self._plan.set_tensor_steps([int(s["step"]) for s in sd["state"]], "load_state_dict")
-        if _hparams.has_tensor_scalar(self.kind):
-            self._plan.set_tensor_mu_products([float(s["mu_product"]) for s in sd["state"]], "load_state_dict")
+        scalar = _hparams.tensor_scalar_name(self.kind)
+        if scalar is not None:
+            self._plan.set_tensor_mu_products([float(s[scalar]) for s in sd["state"]], "load_state_dict")
         for gi, (g, h) in enumerate(zip(self.param_groups, sd["param_groups"])):
             for k, v in h.items():
                 if k != "params":

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import _slot_convert
+from .. import _hparams, _slot_convert
 from . import _dist, _slot_copies
 
 META = "octopt"
@@ -255,7 +255,8 @@ def load_entry(core: Any, t: Any, entry: dict, dist: Any, where: str) -> tuple[l
             f"{where} has state slots {sorted(meta['slots'])} in the state but {sorted(names)} here; "
             "was it saved by a different optimizer?"
         )
-    known = {"step", "mu_product", META} | names | {n + "_absmax" for n in names}
+    scalar = _hparams.tensor_scalar_name(core.kind)
+    known = {"step", META} | ({scalar} if scalar else set()) | names | {n + "_absmax" for n in names}
     unknown = sorted(str(k) for k in entry if k not in known)
     if unknown:
         raise ValueError(f"{where} has entries {unknown} that this optimizer does not use")

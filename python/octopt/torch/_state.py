@@ -55,7 +55,7 @@ def param_state(t: _TensorState, dist: Any = None, quantized: bool = True) -> di
     (``quantized=False``: left out, for _dcp.entry to add in their quantized form)."""
     out: dict[str, Any] = {"step": torch.tensor(float(t.step), dtype=torch.float32)}
     if t.mu_product is not None:  # NAdam, as torch.optim.NAdam keeps it
-        out["mu_product"] = torch.tensor(t.mu_product, dtype=torch.float32)
+        out[_hparams.tensor_scalar_name(t._owner.kind)] = torch.tensor(t.mu_product, dtype=torch.float32)
     for spec in t.specs:
         data, absmax = t.buffers[spec.index]
         if dist is not None:
@@ -124,7 +124,8 @@ def load_param_state(binding: Any, p: torch.Tensor, entry: Any, fn: str) -> None
     else:
         pending = _from_native(t._owner, t, local_entry(entry, dist, t, where), None, where)
     step = _step(entry.get("step"), where)
-    mu = _mu_product(entry.get("mu_product"), where) if _hparams.has_tensor_scalar(kind) else None
+    scalar = _hparams.tensor_scalar_name(kind)
+    mu = _hparams.checked_tensor_scalar(kind, entry.get(scalar), where) if scalar is not None else None
     with torch.no_grad():
         for dst, src in pending:
             dst.copy_(src.reshape(dst.shape))
@@ -246,8 +247,9 @@ def load_state_dict(binding: Any, param_groups: list, sd: Any, fn: str) -> None:
             local = local_entry(entry, binding.dist(p), t, where)
             pending += _from_native(core, t, local, lay, where)
         steps.append((t, _step(entry.get("step"), where)))
-        if _hparams.has_tensor_scalar(kind):
-            mus[id(core)][t._index] = _mu_product(entry.get("mu_product"), where)
+        scalar = _hparams.tensor_scalar_name(kind)
+        if scalar is not None:
+            mus[id(core)][t._index] = _hparams.checked_tensor_scalar(kind, entry.get(scalar), where)
     new_groups = _merged_groups(binding, param_groups, saved_groups, any_bnb, fn)
     if any_bnb and kind == "adam" and any(float(g.get("weight_decay", 0)) != 0 for g in new_groups):
         import warnings
@@ -300,16 +302,9 @@ def _merged_groups(binding: Any, param_groups: list, saved_groups: list, from_bn
     return out
 
 
-def _mu_product(v: Any, where: str) -> float:
-    if v is None:
-        raise ValueError(f"{where} lacks NAdam's 'mu_product'")
-    if isinstance(v, torch.Tensor):
-        if v.numel() != 1:
-            raise ValueError(f"{where} has a 'mu_product' tensor of {v.numel()} elements; expected one")
-        v = v.item()
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not 0.0 <= float(v) <= 1.0:
-        raise ValueError(f"{where} has a bad 'mu_product' {v!r}; expected a number in [0, 1]")
-    return float(v)
+def _scalar_keys(kind: str) -> set[str]:
+    name = _hparams.tensor_scalar_name(kind)
+    return {name} if name is not None else set()
 
 
 def _step(v: Any, where: str) -> int:
@@ -326,7 +321,7 @@ def _from_native(core: Any, t: _TensorState, entry: dict, lay: Any, where: str) 
     names = {s.name for s in t.specs}
     if t.info.size == 0:  # an empty shard of a DTensor (or an empty tensor): no state to restore
         return []
-    known = {"step", "mu_product"} | names | {n + "_absmax" for n in names}
+    known = {"step"} | _scalar_keys(core.kind) | names | {n + "_absmax" for n in names}
     unknown = sorted(str(k) for k in entry if k not in known)
     if unknown:
         raise ValueError(
