@@ -78,7 +78,8 @@ template <OptimKind K>
 OptimDef def_of() {
   using R = OptimRule<K>;
   OptimDef d{K, R::name, R::class_name, R::summary, {}, {}, R::num_betas, HyperParams{}, 0.0};
-  for (const SlotSpec& s : R::slots) d.slots.push_back({s.name, s.is_signed, s.first_moment});
+  for (const SlotSpec& s : R::slots)
+    d.slots.push_back({s.name, s.is_signed, s.first_moment, s.init == SlotInit::initial_accumulator});
   d.options.assign(R::options.begin(), R::options.end());
   for (const HParamValue& v : R::defaults) set_hparam(d.defaults, v.id, v.value);
   d.direction_step = R::direction_step;

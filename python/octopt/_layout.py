@@ -54,5 +54,5 @@ def initial_fill(spec: SlotSpec, init: float) -> tuple[int, float]:
 
 
 def initial_value(kind: str, spec: SlotSpec, group: dict) -> float:
-    """The value a state slot starts from: Adagrad's sum starts at initial_accumulator_value."""
-    return float(group["initial_accumulator_value"]) if (kind == "adagrad" and spec.index == 0) else 0.0
+    """The value a state slot starts from, as its definition says (Adagrad's sum: initial_accumulator_value)."""
+    return float(_octopt.slot_initial_value(kind, spec.index, _hparams.to_layout(group, "initial_value")))

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "exports.hpp"
+#include "octopt/numerics/trust_ratio.hpp"
 #include "octopt/optim_table.hpp"
 #include "octopt/step_setup.hpp"
 
@@ -36,12 +37,14 @@ nb::dict optim_entry(const octopt::OptimDef& o) {
   e["class_name"] = o.class_name;
   e["summary"] = o.summary;
   e["direction_step"] = o.direction_step;
+  e["trust_ratio"] = octopt::optim_uses_trust_ratio(o.kind);  // the update scaled by a whole-tensor norm ratio
   nb::list scalars;  // per-tensor scalar state (NAdam's mu_product): name, initial value, range
   for (const octopt::TensorScalarDef& d : octopt::tensor_scalar_defs(o.kind))
     scalars.append(nb::make_tuple(d.name, d.initial, d.lo, d.hi));
   e["tensor_scalars"] = scalars;
   nb::list slots;
-  for (const auto& s : o.slots) slots.append(nb::make_tuple(s.name, s.is_signed, s.first_moment));
+  for (const auto& s : o.slots)  // name, signed, first moment, starts at initial_accumulator_value
+    slots.append(nb::make_tuple(s.name, s.is_signed, s.first_moment, s.starts_at_initial_accumulator));
   e["slots"] = slots;
   nb::list options;
   for (const char* k : o.options) options.append(k);

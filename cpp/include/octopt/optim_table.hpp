@@ -55,6 +55,7 @@ struct SlotDef {
   const char* name;   // state name in state dicts and files: exp_avg, exp_avg_sq, ...
   bool is_signed;     // signed map (first moments, momentum) or unsigned (second moments, sums)
   bool first_moment;  // follows GroupOptions::first_moment_bits
+  bool starts_at_initial_accumulator = false;  // starts at initial_accumulator_value (Adagrad's sum), else at 0
 };
 
 struct OptionDefault {

@@ -198,7 +198,7 @@ class Engine:
             _check_param(p, fn, arg)
             block_size, specs = _layout.layout_slots(self.kind, self.group, math.prod(p.shape), fn)
             mesh, pspec, axes = leaf_sharding(p)
-            if mesh is not None and self.kind in ("lamb", "lars"):
+            if mesh is not None and _hparams.TABLE[self.kind]["trust_ratio"]:
                 raise ValueError(
                     f"{fn}: argument '{arg}' is sharded, but {self.kind}'s trust ratio needs the whole "
                     "tensor's norm; replicate it"

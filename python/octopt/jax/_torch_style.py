@@ -51,8 +51,11 @@ def _transform(entry: dict, fn_name: Callable[[str], str]) -> Callable:
         layout = {k: a.pop(k) for k in _LAYOUT_DEFAULTS}
         flags = {k: a.pop(k) for k in list(a) if k in flag_names or k == "maximize"}
         initial = {}
-        if "initial_accumulator_value" in a:  # Adagrad's sum starts there
-            initial[0] = [(a.pop("initial_accumulator_value"), "initial_accumulator_value")]
+        if "initial_accumulator_value" in a:  # the slots the definition starts there (Adagrad's sum)
+            iav = a.pop("initial_accumulator_value")
+            for k, slot in enumerate(entry["slots"]):
+                if slot[3]:
+                    initial[k] = [(iav, "initial_accumulator_value")]
         return make(kind, fn_name(kind), a, flags, layout, initial=initial)
 
     factory.__name__ = factory.__qualname__ = kind
