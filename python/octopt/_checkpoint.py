@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _arrays, _hparams, _layout
+from . import _arrays, _hparams, _layout, _slot_convert
 
 
 def groups_of(opt: Any) -> list[dict]:
@@ -81,24 +81,18 @@ def check_state_dict(opt: Any, sd: Any, fn: str) -> tuple[list[tuple[Any, Any]],
                 if e.get(key) != mine_v:
                     raise ValueError(f"{where} slot '{name}' has {key}={e.get(key)!r} in the state but {mine_v!r} here")
             data, absmax = t.buffers[sp.index]
-            copies.append((data, _checked(e.get("data"), data, f"{where} slot '{name}' data")))
+            for key in ("data",) + (("absmax",) if absmax is not None else ()):
+                if e.get(key) is None:
+                    raise ValueError(f"{where} slot '{name}' {key} is missing")
+            # the core checks the arrays (element type, size) against the slot's layout and copies them
+            mine = opt._plan.slot_form(i, sp.index)
+            keys = [name, f"{name} absmax"]
+            src = [_arrays.to_numpy(e["data"]), _arrays.to_numpy(e["absmax"]) if absmax is not None else None]
+            v, a = _slot_convert.convert(t.info.size, mine, src[0], src[1], mine, where, keys)
+            copies.append((data, v))
             if absmax is not None:
-                copies.append((absmax, _checked(e.get("absmax"), absmax, f"{where} slot '{name}' absmax")))
+                copies.append((absmax, a))
     return copies, hps
-
-
-def _checked(src: Any, dst: Any, what: str) -> np.ndarray:
-    if src is None:
-        raise ValueError(f"{what} is missing")
-    a = _arrays.to_numpy(src)
-    d = _arrays.to_numpy(dst) if _arrays.framework_of(dst) != "torch" else None
-    want_dtype = d.dtype if d is not None else np.dtype(str(dst.dtype).removeprefix("torch."))
-    want_size = d.size if d is not None else dst.numel()
-    if a.dtype != want_dtype:
-        raise ValueError(f"{what} has dtype {a.dtype}, expected {want_dtype}")
-    if a.size != want_size:
-        raise ValueError(f"{what} has {a.size} elements, expected {want_size}")
-    return a
 
 
 def save(opt: Any, path: Any) -> None:
