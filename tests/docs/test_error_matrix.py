@@ -327,9 +327,9 @@ CASES: list[Case] = [
          lambda d: adam().load_state_dict(adam(x32(999)).state_dict())),
     Case("lsd-bits", "Optimizer.load_state_dict", "wrong layout (bits)", ValueError, r"^load_state_dict: param group 0 has bits=32 in the state but 8 here",
          lambda d: adam(bits=8).load_state_dict(adam(bits=32).state_dict())),
-    Case("lsd-data-dtype", "Optimizer.load_state_dict", "wrong dtype", ValueError, r"^load_state_dict: tensor 0 slot 'exp_avg' data has dtype float64, expected float32",
+    Case("lsd-data-dtype", "Optimizer.load_state_dict", "wrong dtype", ValueError, r"^load_state_dict: tensor 0: 'exp_avg' must hold 1000 floating-point values, got 1000 of int32",
          lambda d: (lambda sd: (sd["state"][0]["slots"]["exp_avg"].__setitem__(
-             "data", sd["state"][0]["slots"]["exp_avg"]["data"].astype(np.float64)), adam().load_state_dict(sd)))(
+             "data", sd["state"][0]["slots"]["exp_avg"]["data"].astype(np.int32)), adam().load_state_dict(sd)))(
              adam().state_dict())),
     Case("lsd-step-negative", "Optimizer.load_state_dict", "negative count", ValueError, r"^load_state_dict: tensor 0: bad step count -1",
          lambda d: (lambda sd: (sd["state"][0].__setitem__("step", -1), adam().load_state_dict(sd)))(
