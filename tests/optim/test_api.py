@@ -223,6 +223,33 @@ def test_state_dict_round_trip_continues_bit_identically(
     assert_snapshots_equal(snapshot(resumed), snapshot(opt))
 
 
+def test_state_dict_with_float64_32_bit_slots_continues_bit_identically(grad_sequence, assert_params_bit_equal):
+    """A state dict whose 32-bit slots went through float64 (a float32 value survives it exactly) loads through the
+    core's slot conversion and continues the run bit for bit; the 8-bit slots' codes stay uint8."""
+    shapes = ((3000,), (5000,))  # the first keeps 32-bit state (below min_8bit_size), the second 8-bit
+    grads = grad_sequence(np.random.default_rng(21), shapes, 6)
+    params = _arrays(22, shapes)
+    opt = octopt.Adam(params, lr=1e-2, bits=8)
+    for gs in grads[:3]:
+        opt.step(gs)
+    sd = opt.state_dict()
+    widened = 0
+    for entry in sd["state"]:
+        for slot in entry["slots"].values():
+            if slot["bits"] == 32:
+                slot["data"] = slot["data"].astype(np.float64)
+                widened += 1
+    assert widened == 2
+    resumed_params = [p.copy() for p in params]
+    for gs in grads[3:]:
+        opt.step(gs)
+    resumed = octopt.Adam(resumed_params, lr=1e-2, bits=8)
+    resumed.load_state_dict(sd)
+    for gs in grads[3:]:
+        resumed.step(gs)
+    assert_params_bit_equal(resumed_params, params)
+
+
 def test_state_dict_is_a_copy(snapshot, assert_snapshots_equal):
     p = _arrays(14, ((4097,),))[0]
     opt = octopt.Adam([p], lr=1e-2, bits=8)
