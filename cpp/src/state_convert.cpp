@@ -146,6 +146,11 @@ void check_source(std::int64_t n, const SlotForm& f, const SlotSource& s, const 
     fail(nm, nm.values,
          std::string("absmax must hold ") + (f.segments.empty() ? "" : "at least ") + std::to_string(blocks) +
              " float32 values (block size " + std::to_string(f.block_size) + "), got " + got);
+  // a scale is a largest magnitude: never negative (NaN and Inf stay: a step that made them stores them)
+  for (std::int64_t b = 0; b < s.absmax_count; ++b)
+    if (s.absmax[b] < 0.0f)
+      fail(nm, nm.absmax.empty() ? nm.values + " absmax" : nm.absmax,
+           "holds a negative scale, " + std::to_string(s.absmax[b]) + " for block " + std::to_string(b));
 }
 
 void check_target(std::int64_t n, const SlotForm& f, const SlotTarget& d, const SlotNames& nm) {

@@ -195,6 +195,13 @@ OCTOPT_TEST(convert_names_the_bad_input) {
   std::vector<float> one_block(1);
   CHECK_THROWS(convert_slot(n, f8, codes(c, one_block), f8, to8, nm), std::invalid_argument,
                {"load: 'exp_avg' absmax must hold 2 float32 values (block size 256), got 1 of float32"});
+  // a negative scale is refused, a NaN or infinite one (a step that made a NaN stores it) kept as it is
+  std::vector<float> negative{1.0f, -0.5f};
+  CHECK_THROWS(convert_slot(n, f8, codes(c, negative), f8, to8, nm), std::invalid_argument,
+               {"load: 'exp_avg_absmax' holds a negative scale, -0.500000 for block 1"});
+  std::vector<float> nan_scale{NAN, INFINITY};
+  convert_slot(n, f8, codes(c, nan_scale), f8, to8, nm);
+  CHECK(std::isnan(oa[0]) && std::isinf(oa[1]));
   std::vector<float> v = ramp(n);
   v[7] = NAN;
   CHECK_THROWS(convert_slot(n, SlotForm{}, floats(v), f8, to8, nm), std::invalid_argument,

@@ -306,6 +306,9 @@ def _mutations():
     def missing_absmax(sd):
         del sd["state"][1]["slots"]["exp_avg"]["absmax"]
 
+    def negative_absmax(sd):
+        sd["state"][1]["slots"]["exp_avg"]["absmax"][2] = -1.0
+
     def bad_lr(sd):
         sd["param_groups"][0]["lr"] = -1.0
 
@@ -325,6 +328,7 @@ def _mutations():
         ("short codes", short_codes, r"'exp_avg_sq' must hold 5000 uint8 codes \(8-bit\), got 4999 of uint8"),
         ("code dtype", wrong_dtype, r"'exp_avg' must hold 5000 uint8 codes \(8-bit\), got 5000 of int8"),
         ("missing absmax", missing_absmax, r"absmax is missing"),
+        ("negative absmax", negative_absmax, r"'exp_avg absmax' holds a negative scale, -1.000000 for block 2"),
         ("negative lr", bad_lr, r"'lr'"),
         ("negative step", bad_step, r"step count"),
         ("not a state dict", not_a_state_dict, r"state_dict\(\)"),
