@@ -223,15 +223,22 @@ def test_state_dict_round_trip_continues_bit_identically(
     assert_snapshots_equal(snapshot(resumed), snapshot(opt))
 
 
-def test_state_dict_with_float64_32_bit_slots_continues_bit_identically(grad_sequence, assert_params_bit_equal):
-    """A state dict whose 32-bit slots went through float64 (a float32 value survives it exactly) loads through the
-    core's slot conversion and continues the run bit for bit; the 8-bit slots' codes stay uint8."""
-    shapes = ((3000,), (5000,))  # the first keeps 32-bit state (below min_8bit_size), the second 8-bit
-    grads = grad_sequence(np.random.default_rng(21), shapes, 6)
-    params = _arrays(22, shapes)
+def _adam_stepped_three_times(grad_sequence, seed: int, steps: int) -> tuple:
+    """(grads, params, optimizer) of an 8-bit Adam after three of `steps` gradient steps; the first tensor keeps
+    32-bit state (below min_8bit_size), the second 8-bit."""
+    shapes = ((3000,), (5000,))
+    grads = grad_sequence(np.random.default_rng(seed), shapes, steps)
+    params = _arrays(seed + 1, shapes)
     opt = octopt.Adam(params, lr=1e-2, bits=8)
     for gs in grads[:3]:
         opt.step(gs)
+    return grads, params, opt
+
+
+def test_state_dict_with_float64_32_bit_slots_continues_bit_identically(grad_sequence, assert_params_bit_equal):
+    """A state dict whose 32-bit slots went through float64 (a float32 value survives it exactly) loads through the
+    core's slot conversion and continues the run bit for bit; the 8-bit slots' codes stay uint8."""
+    grads, params, opt = _adam_stepped_three_times(grad_sequence, 21, 6)
     sd = opt.state_dict()
     widened = 0
     for entry in sd["state"]:
@@ -339,12 +346,8 @@ def _mutations():
 def test_load_state_dict_mismatch_raises_and_changes_nothing(
     what, mutate, pattern, grad_sequence, snapshot, assert_snapshots_equal
 ):
-    shapes = ((3000,), (5000,))  # the first keeps 32-bit state (below min_8bit_size), the second 8-bit
-    grads = grad_sequence(np.random.default_rng(16), shapes, 4)
-    src_params = _arrays(17, shapes)
-    src = octopt.Adam(src_params, lr=1e-2, bits=8)
-    for gs in grads[:3]:
-        src.step(gs)
+    grads, src_params, src = _adam_stepped_three_times(grad_sequence, 16, 4)
+    shapes = [p.shape for p in src_params]
     sd = src.state_dict()
     mutate(sd)
 
