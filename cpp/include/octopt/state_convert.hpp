@@ -72,7 +72,8 @@ void check_slot_form(std::int64_t n, const SlotForm& form, bool source, const Sl
 // float32: dequantized with the source's map and blocks, quantized (nearest codes) on the target's; a
 // segmented source keeps every target block that is one of its blocks. Validates everything before
 // writing: the forms, the element types and sizes of src and dst, that no block scale is negative (NaN and
-// Inf ones pass: a step that made a NaN stores them), and that values to be quantized are finite. Throws std::invalid_argument naming `names` (the state-dict formats raise ValueError for all of it).
+// Inf ones pass: a step that made a NaN stores them), and that values to be quantized are finite. Throws
+// std::invalid_argument naming `names` (the state-dict formats raise ValueError for all of it).
 void convert_slot(std::int64_t n, const SlotForm& from, const SlotSource& src, const SlotForm& to,
                   const SlotTarget& dst, const SlotNames& names);
 
