@@ -1,11 +1,11 @@
-// Exhaustive check of the closed-form encoder (cpp/src/cpu/closed_form.hpp): every float r in [-1, 1]
-// is quantized by a kernel variant and by the exact scalar search (nearest_code, numerics/codebook.hpp),
-// for the signed and unsigned dynamic maps and the fp8 map, each also with the second-moment zero floor,
-// and the codes are compared.
+// Exhaustive check of the closed-form encoder (cpp/src/cpu/closed_form.hpp) and of the portable one, the
+// octave table (cpp/src/cpu/octave_table.hpp): every float r in [-1, 1] is quantized by a kernel variant and by
+// the exact scalar search (nearest_code, numerics/codebook.hpp), for the signed and unsigned dynamic maps and the
+// fp8 map, each also with the second-moment zero floor, and the codes are compared.
 //
 //   octopt_encoder_check [--stride N] [--isa avx512vbmi|avx512|avx2|neon|baseline]
 //
-// --isa: the variant checked (default: the best this CPU runs); baseline is the portable closed form.
+// --isa: the variant checked (default: the best this CPU runs); baseline is the octave table.
 // --stride N checks every N-th float (CTest runs a sample this way); the default, 1, checks all
 // 2 x 1,065,353,217 floats per map, which takes a few minutes. The 2 x 129 floats nearest each of the
 // map's thresholds (where a closed form can go wrong) are always checked too. Each map is then checked
@@ -22,6 +22,7 @@
 
 #include "cpu/closed_form.hpp"
 #include "cpu/kernels.hpp"
+#include "cpu/octave_table.hpp"
 #include "octopt/numerics/codebook.hpp"
 #include "octopt/qmap.hpp"
 #include "octopt/threading.hpp"
@@ -119,6 +120,8 @@ int main(int argc, char** argv) {
       if (floor) octopt::keep_nonzero(cb);
       octopt::cpu::ClosedForm cf;
       const bool closed = octopt::cpu::build_closed_form(cb, cf);
+      octopt::cpu::OctaveTable octave;
+      octopt::cpu::build_octave_table(cb, octave);
       Tally t;
       const std::uint64_t count = kOneBits / stride + 1;  // k * stride <= 0x3f800000
       const auto strided = [&](std::uint64_t k) { return std::uint32_t(k * stride); };
@@ -141,13 +144,15 @@ int main(int argc, char** argv) {
         });
         check_range(cb, fast, sign, nearby, 0, near.size(), t);
       }
-      std::printf("%-8s map%-11s closed form %-3s (mirror form %-3s) width %.3g: %llu floats checked, %llu differ",
-                  map == 2    ? "fp8"
-                  : is_signed ? "signed"
-                              : "unsigned",
-                  floor ? " + floor" : "", closed ? "yes" : "no", closed && cf.mirror && cf.pos16 ? "yes" : "no",
-                  double(cf.width), static_cast<unsigned long long>(t.checked.load()),
-                  static_cast<unsigned long long>(t.differ.load()));
+      std::printf(
+          "%-8s map%-11s closed form %-3s (mirror form %-3s) width %.3g, octave table %d/octave: %llu floats checked, "
+          "%llu differ",
+          map == 2    ? "fp8"
+          : is_signed ? "signed"
+                      : "unsigned",
+          floor ? " + floor" : "", closed ? "yes" : "no", closed && cf.mirror && cf.pos16 ? "yes" : "no",
+          double(cf.width), octave.valid ? 1 << (23 - octave.shift) : 0,
+          static_cast<unsigned long long>(t.checked.load()), static_cast<unsigned long long>(t.differ.load()));
       if (t.differ.load()) {
         std::printf(" (first: bits 0x%08x)", t.first_bad.load());
         ++failures;

@@ -14,6 +14,7 @@
 #endif
 
 #include "cpu/closed_form.hpp"
+#include "cpu/octave_table.hpp"
 #include "octopt/numerics/codebook.hpp"
 #include "octopt/numerics/convert.hpp"
 #include "octopt/numerics/rng.hpp"
@@ -35,6 +36,8 @@ struct Levels {
   alignas(64) std::uint8_t planes[4][256];  // byte k of values[c] (little-endian), for byte-table decoding
 #if defined(OCTOPT_ISA_NEON)
   ClosedFormPlanes cfp;  // cf's tables as byte planes, for tbl lookups (valid with cf)
+#elif defined(OCTOPT_ISA_PORTABLE)
+  OctaveTable octave;  // valid: 256-entry maps encode by one lookup a lane (the portable encoder)
 #endif
 };
 
@@ -59,6 +62,8 @@ inline void make_levels(const Codebook& cb, Levels& L) {
     L.cf = ClosedForm();
 #if defined(OCTOPT_ISA_NEON)
   if (L.cf.valid) make_closed_form_planes(L.cf, L.cfp);
+#elif defined(OCTOPT_ISA_PORTABLE)
+  build_octave_table(cb, L.octave);
 #endif
   for (int c = 0; c < 256; ++c) {
     std::uint32_t u;
@@ -434,6 +439,9 @@ inline void encode_block(const Codebook& cb, const Levels& L, const float* v, in
 #if defined(OCTOPT_ISA_PORTABLE)
   if (L.size == 16) return encode_block16_portable(cb, v, len, scale, codes);
 #endif
+#if defined(OCTOPT_ISA_PORTABLE) && !defined(OCTOPT_ISA_NEON)
+  if (L.octave.valid) return encode_block_octave(cb, L.octave, v, len, scale, codes);
+#endif
   if (L.simd) {
 #if defined(OCTOPT_ISA_AVX512)
     const __m512 vs = _mm512_set1_ps(scale);
@@ -468,8 +476,6 @@ inline void encode_block(const Codebook& cb, const Levels& L, const float* v, in
     }
 #elif defined(OCTOPT_ISA_NEON)
     if (L.size == 256 && L.cf.valid) return encode_block_closed_form_neon(cb, L.cfp, L.cf.width, v, len, scale, codes);
-#elif defined(OCTOPT_ISA_PORTABLE)
-    if (L.size == 256 && L.cf.valid) return encode_block_closed_form_portable(cb, L, v, len, scale, codes);
 #elif defined(OCTOPT_ISA_AVX2)
     if (L.size == 256 && L.cf.valid) return encode_block_closed_form8(cb, L, v, len, scale, codes);
     if (L.size == 16) i = encode_groups16(cb, L, v, len, scale, codes);

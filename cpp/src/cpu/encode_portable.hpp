@@ -1,104 +1,55 @@
 #pragma once
 // The encoders of the portable kernels (the baseline build, and the parts of the NEON build that have no
-// NEON-specific form): the closed form (closed_form.hpp) and the 16-entry maps in plain C++, written for the
-// compiler's vectorizer (GCC and Clang, -O3): fixed-width loops over small arrays of lanes, stage by stage,
-// selects instead of branches, and the rare lanes the formula cannot settle handed to the exact search out
+// NEON-specific form): the octave table (octave_table.hpp) for 256-entry maps and the 16-entry maps in plain C++,
+// written for the compiler's vectorizer (GCC and Clang, -O3): fixed-width loops over small arrays of lanes, stage
+// by stage, selects instead of branches, and the rare lanes the table cannot settle handed to the exact search out
 // of line. No intrinsics: what the target cannot vectorize (the table lookups on SSE2) stays scalar.
 // Included by encode.hpp inside its ISA namespace (its headers come first, there).
 constexpr int kPortableLanes = 16;
 
-// Whether fmaf is one instruction here (aarch64, x86 with -mfma): then x = fma(|r|, A, B) is computed
-// exactly as the tables were built and the closed form's margin is the tables' width. Without it (the
-// x86-64 baseline: SSE2) x = |r| * A + B in two roundings, which differs from the fused result by less
-// than 2^-12 (|r| * A and x stay below 2^11 where the formula decides: each rounding is then within
-// 2^-13); the lanes within kNoFmaMargin of an integer go to the search, so the formula still decides only
-// where its fused value would have decided the same code.
-#if defined(__FP_FAST_FMAF) || defined(__aarch64__)
-constexpr bool kFusedMultiplyAdd = true;
-#else
-constexpr bool kFusedMultiplyAdd = false;
-#endif
-constexpr float kNoFmaMargin = 4.8828125e-4f;  // 2^-11
-constexpr float kNoFmaLimit = 2048.0f;         // |r| * A and x beyond it go to the search
+// The lanes of a group whose octave entry is unsure (a bucket where the code changes twice, or |r| above the
+// bucket of 1.0: Inf, NaN) get the exact search (rare; out of line so that the main loop stays small).
+__attribute__((noinline)) inline void octave_settle(const Codebook& cb, const std::uint32_t* r_bits,
+                                                    const std::uint64_t* entry, int n, std::uint8_t* codes) {
+  for (int l = 0; l < n; ++l)
+    if ((entry[l] >> 32) & kOctaveUnsure) codes[l] = std::uint8_t(nearest_code(cb, bits_f32(r_bits[l])));
+}
 
-// The closed form on kPortableLanes values r (|r| < 2): the codes, per lane whether it is unsure (its code
-// must come from the search), and whether any is. Stage by stage over the lanes, each stage a loop the
-// vectorizer takes.
-inline bool closed_form_lanes(const ClosedForm& cf, const float* __restrict r, std::int32_t* __restrict code,
-                              std::int32_t* __restrict unsure_lane) {
-  constexpr int N = kPortableLanes;
-  float a[N], x[N], d[N];
-  std::int32_t bin[N], run[N];
-  for (int l = 0; l < N; ++l) {
-    a[l] = __builtin_fabsf(r[l]);
-    // the biased exponent / 2 less kBinBias / 2, in [0, kBins - 1] (NaN: the top bin; the lane is unsure anyway)
-    std::int32_t h = std::int32_t(f32_bits(a[l]) >> 24) - kBinBias / 2;
-    h = h < 0 ? 0 : h;
-    h = h > kBins - 1 ? kBins - 1 : h;
-    bin[l] = h + (r[l] <= 0.0f ? kBins : 0);
-  }
-  for (int l = 0; l < N; ++l) run[l] = cf.run[bin[l]] + (a[l] >= cf.up[bin[l]] ? 1 : 0);
-  float prod[N];  // |r| * A without a fused multiply-add (its size bounds the rounding error)
-  if constexpr (kFusedMultiplyAdd) {
-    for (int l = 0; l < N; ++l) x[l] = __builtin_fmaf(a[l], cf.A[run[l]], cf.B[run[l]]);
-    for (int l = 0; l < N; ++l) prod[l] = 0.0f;
-  } else {
-    for (int l = 0; l < N; ++l) {
-      prod[l] = a[l] * cf.A[run[l]];
-      x[l] = prod[l] + cf.B[run[l]];
+// Nearest codes of a block of a 256-entry map by its octave table (octave_table.hpp), kStageLanes values at a
+// time in three loops: the quotients and their bucket indices and the codes vectorize; the entries in between are
+// one scalar 64-bit load a lane (SSE2 and NEON have no gather). Fused into fewer loops, or in groups of 16 lanes,
+// GCC unrolls and scalarizes all of it.
+constexpr int kStageLanes = 256;  // values per round of the stage loops below
+inline void encode_block_octave(const Codebook& cb, const OctaveTable& t, const float* __restrict v, int len,
+                                float scale, std::uint8_t* __restrict codes) {
+  constexpr int N = kStageLanes;
+  alignas(64) std::uint32_t r_bits[N];
+  alignas(64) std::int32_t index[N];
+  alignas(64) std::uint64_t entry[N];
+  const std::uint64_t* table = t.entries.data();
+  const int shift = t.shift;
+  const std::int32_t base = t.base, top = t.buckets, side = t.buckets + 1;
+  for (int i = 0; i < len; i += N) {
+    const int n = len - i < N ? len - i : N;
+    const float* x = v + i;
+    std::uint8_t* out = codes + i;
+    for (int l = 0; l < n; ++l) {
+      const std::uint32_t u = f32_bits(x[l] / scale);
+      r_bits[l] = u;
+      std::int32_t q = std::int32_t((u & 0x7fffffffu) >> shift) - base;
+      q = q < 0 ? 0 : q;
+      q = q > top ? top : q;
+      index[l] = q + (-std::int32_t(u >> 31) & side);  // the negative side's entries follow the positive's
     }
-  }
-  const float lo_margin = kFusedMultiplyAdd ? cf.width : cf.width + kNoFmaMargin;
-  const float hi_margin = kFusedMultiplyAdd ? 1.0f : 1.0f - kNoFmaMargin;
-  const std::uint32_t limit = f32_bits(kNoFmaLimit), abs = 0x7fffffffu;
-  const std::uint32_t lo_bits = f32_bits(lo_margin), hi_bits = f32_bits(hi_margin);
-  std::int32_t k[N];
-  for (int l = 0; l < N; ++l) {
-    // x in [+0, kNoFmaLimit): its integer part and fraction; outside (or NaN), or |r| * A beyond the limit
-    // where the margin argument ends, d = 0, i.e. unsure. No table lookups in this loop, and the compares
-    // on bit patterns (non-negative floats order as their patterns; NaN patterns lie above the limit's):
-    // GCC keeps float compares as branches here (they may trap), integer ones it vectorizes.
-    const std::uint32_t in = std::uint32_t(f32_bits(x[l]) < limit) & std::uint32_t((f32_bits(prod[l]) & abs) < limit);
-    const float xc = bits_f32(f32_bits(x[l]) & (0u - in));  // x, or +0 outside
-    k[l] = std::int32_t(xc);
-    d[l] = xc - float(k[l]);  // in [0, 1)
-    const std::uint32_t du = f32_bits(d[l]);
-    unsure_lane[l] = 1 - (std::int32_t(du >= lo_bits) & std::int32_t(du < hi_bits));
-  }
-  for (int l = 0; l < N; ++l) {
-    const std::int32_t c = k[l] > cf.lo[run[l]] ? k[l] : cf.lo[run[l]];
-    code[l] = c < cf.hi[run[l]] ? c : cf.hi[run[l]];
-  }
-  std::int32_t unsure = 0;
-  for (int l = 0; l < N; ++l) unsure |= unsure_lane[l];
-  return unsure != 0;
-}
-
-// The lanes of one group whose closed form is unsure get the exact search (rare; out of line so that the
-// main loop stays small).
-__attribute__((noinline)) inline void closed_form_settle_portable(const Codebook& cb, const float* r,
-                                                                  const std::int32_t* unsure_lane, std::int32_t* code) {
-  for (int l = 0; l < kPortableLanes; ++l)
-    if (unsure_lane[l]) code[l] = nearest_code(cb, r[l]);
-}
-
-// Nearest codes of a block of a 256-entry map with closed-form tables; |v[i]| <= scale.
-inline void encode_block_closed_form_portable(const Codebook& cb, const Levels& L, const float* v, int len, float scale,
-                                              std::uint8_t* codes) {
-  constexpr int N = kPortableLanes;
-  const ClosedForm& cf = L.cf;
-  float r[N];
-  std::int32_t c[N], unsure[N];
-  int i = 0;
-  for (; i + N <= len; i += N) {
-    for (int l = 0; l < N; ++l) r[l] = v[i + l] / scale;
-    if (__builtin_expect(closed_form_lanes(cf, r, c, unsure), 0)) closed_form_settle_portable(cb, r, unsure, c);
-    for (int l = 0; l < N; ++l) codes[i + l] = std::uint8_t(c[l]);
-  }
-  if (i < len) {
-    for (int l = 0; l < N; ++l) r[l] = i + l < len ? v[i + l] / scale : 0.0f;
-    if (closed_form_lanes(cf, r, c, unsure)) closed_form_settle_portable(cb, r, unsure, c);
-    for (int l = 0; i + l < len; ++l) codes[i + l] = std::uint8_t(c[l]);
+    for (int l = 0; l < n; ++l) entry[l] = table[index[l]];
+    std::uint32_t unsure = 0;
+    for (int l = 0; l < n; ++l) {
+      // |r| bits and the change point are below 2^31: the signed compare is the unsigned one (SSE2 has only that)
+      const std::uint32_t at = std::uint32_t(entry[l]), w = std::uint32_t(entry[l] >> 32);
+      out[l] = std::uint8_t(std::int32_t(r_bits[l] & 0x7fffffffu) >= std::int32_t(at) ? w >> 8 : w);
+      unsure |= w;
+    }
+    if (__builtin_expect((unsure & kOctaveUnsure) != 0, 0)) octave_settle(cb, r_bits, entry, n, out);
   }
 }
 
