@@ -97,54 +97,53 @@ inline void encode_block16_portable(const Codebook& cb, const float* v, int len,
 }
 
 // Stochastic codes of a block of a 16-entry map, as stochastic_code: the number of values <= r by 16
-// compares, the bracketing pair, and the draw uniform01(key, i0 + i) (32-bit lanes: draw_u01).
-inline void encode_block16_stochastic_portable(const Codebook& cb, const float* v, int len, float scale,
-                                               std::uint64_t key, std::int64_t i0, std::uint8_t* codes) {
-  constexpr int N = kPortableLanes;
-  float vals[16], below[17], width[17];
+// compares, the bracketing pair, and the draw uniform01(key, i0 + i) (32-bit lanes: draw_u01). Whole loops over up
+// to kStageLanes values, each stage its own loop (in groups of 16 lanes GCC unrolls them and vectorizes less), the
+// bracketing pair one 64-bit load a lane. kSignRule: keep_sign_lane, which the caller leaves out where it changes no
+// code (stochastic_sign_rule_is_identity).
+template <bool kSignRule>
+inline void encode_block16_stochastic_portable(const Codebook& cb, const float* __restrict v, int len, float scale,
+                                               std::uint64_t key, std::int64_t i0, std::uint8_t* __restrict codes) {
+  constexpr int N = kStageLanes;
+  float vals[16];
+  std::uint64_t pair[17];
   for (int k = 0; k < 16; ++k) vals[k] = cb.values[k];
-  // by the count of values <= r: the bracketing pair's lower value and its width vhi - vlo (at 0 and 16 the
-  // pair is one code, width 0), so that a lane looks up two floats and computes no index
+  // by the count of values <= r: the bracketing pair's lower value (low word) and its width vhi - vlo (high word;
+  // at 0 and 16 the pair is one code, width 0), so that a lane looks up one pair and computes no index
   for (int c = 0; c <= 16; ++c) {
     const int lo = c > 0 ? c - 1 : 0, hi = c < 15 ? c : 15;
-    below[c] = vals[lo];
-    width[c] = vals[hi] - vals[lo];
+    pair[c] = std::uint64_t(f32_bits(vals[lo])) | std::uint64_t(f32_bits(vals[hi] - vals[lo])) << 32;
   }
-  const std::int32_t first_pos = first_positive16(cb);
+  const std::int32_t first_pos = kSignRule ? first_positive16(cb) : 0;
   const DrawKey dk = draw_key(key, std::uint64_t(i0));  // the block lies in one segment (encode_codes)
+  alignas(64) float r[N], u[N];
+  alignas(64) std::int32_t cnt[N];
+  alignas(64) std::uint64_t bracket[N];
   for (int i = 0; i < len; i += N) {
     const int n = len - i < N ? len - i : N;
-    float r[N], u[N], vlo[N], vw[N];
-    std::int32_t c[N];
-    // `#pragma GCC unroll 1`: left whole, GCC unrolls these small loops completely and then finds the
-    // straight-line code unprofitable to vectorize (the portable 4-bit step took 13.4 instead of 12.0 ns/param)
-    if (n == N) {
-#pragma GCC unroll 1
-      for (int l = 0; l < N; ++l) r[l] = v[i + l] / scale;
-    } else {
-      for (int l = 0; l < N; ++l) r[l] = l < n ? v[i + l] / scale : 0.0f;
+    for (int l = 0; l < n; ++l) r[l] = v[i + l] / scale;
+    for (int l = 0; l < n; ++l) u[l] = draw_u01(dk, std::uint32_t(std::uint64_t(i0 + i + l)));
+    for (int l = 0; l < n; ++l) {
+      std::int32_t c = 0;
+      for (int k = 0; k < 16; ++k) c += vals[k] <= r[l] ? 1 : 0;
+      cnt[l] = c;
     }
-#pragma GCC unroll 1
-    for (int l = 0; l < N; ++l) u[l] = draw_u01(dk, std::uint32_t(std::uint64_t(i0 + i + l)));
-    std::int32_t cnt[N];
-    for (int l = 0; l < N; ++l) cnt[l] = 0;
-    for (int k = 0; k < 16; ++k)
-      for (int l = 0; l < N; ++l) cnt[l] += vals[k] <= r[l] ? 1 : 0;
-    for (int l = 0; l < N; ++l) {
-      vlo[l] = below[cnt[l]];
-      vw[l] = width[cnt[l]];
-    }
-#pragma GCC unroll 1
-    for (int l = 0; l < N; ++l) {
+    for (int l = 0; l < n; ++l) bracket[l] = pair[cnt[l]];
+    for (int l = 0; l < n; ++l) {
       // at cnt 0 and 16 the width is 0 and lo == hi: the one code there, whatever the compare says. Otherwise
       // vlo <= r < vhi, so r - vlo is +0 or positive, or -0 (r = -0 at a zero entry), and u * width is +0 or
       // positive: without its sign bit r - vlo compares with it as the bit patterns do (an integer compare, which
       // vectorizes; GCC keeps a float compare as a branch).
       const std::int32_t lo = cnt[l] > 0 ? cnt[l] - 1 : 0, hi = cnt[l] < 15 ? cnt[l] : 15;
-      const float w = u[l] * vw[l];
-      c[l] = f32_bits(w) < (f32_bits(r[l] - vlo[l]) & 0x7fffffffu) ? hi : lo;
+      const float vlo = bits_f32(std::uint32_t(bracket[l])), w = u[l] * bits_f32(std::uint32_t(bracket[l] >> 32));
+      std::int32_t c = f32_bits(w) < (f32_bits(r[l] - vlo) & 0x7fffffffu) ? hi : lo;
+      if (kSignRule) c = keep_sign_lane(cb, first_pos, r[l], c);
+      codes[i + l] = std::uint8_t(c);
     }
-    for (int l = 0; l < N; ++l) c[l] = keep_sign_lane(cb, first_pos, r[l], c[l]);
-    for (int l = 0; l < n; ++l) codes[i + l] = std::uint8_t(c[l]);
   }
 }
+
+// Whether keep_sign changes no stochastic code of this map: with a zero entry, or all entries of one sign (L.simd),
+// the bracketing pair of a nonzero r never holds a value of the other sign, and without the zero floor nothing else
+// moves a code.
+inline bool stochastic_sign_rule_is_identity(const Codebook& cb, bool simd) { return simd && cb.nonzero_floor < 0; }

@@ -165,8 +165,11 @@ void encode_codes(const Codebook& cb, const Levels& L, const float* v, int len, 
 #if defined(OCTOPT_ISA_AVX512)
   if (stochastic && !clip && one_key && L.simd) return encode_block_stochastic(cb, L, v, len, scale, key, i0, out);
 #elif defined(OCTOPT_ISA_PORTABLE)
-  if (stochastic && !clip && one_key && cb.size == 16)
-    return encode_block16_stochastic_portable(cb, v, len, scale, key, i0, out);
+  if (stochastic && !clip && one_key && cb.size == 16) {
+    if (stochastic_sign_rule_is_identity(cb, L.simd))
+      return encode_block16_stochastic_portable<false>(cb, v, len, scale, key, i0, out);
+    return encode_block16_stochastic_portable<true>(cb, v, len, scale, key, i0, out);
+  }
 #elif defined(OCTOPT_ISA_AVX2)
   if (stochastic && !clip && one_key && L.simd && cb.size == 16)
     return encode_block_stochastic16(cb, L, v, len, scale, key, i0, out);
