@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -10,7 +11,9 @@
 #include "blockwise_util.hpp"
 #include "harness.hpp"
 #include "octopt/blockwise.hpp"
+#include "octopt/numerics/rng.hpp"
 #include "octopt/qmap.hpp"
+#include "octopt/runtime.hpp"
 #include "octopt/threading.hpp"
 #include "reference.hpp"
 
@@ -254,4 +257,64 @@ OCTOPT_TEST(stochastic_rounding_is_unbiased) {
     CHECK_AT(std::fabs(freq - p) <= 5.0 * std::sqrt(p * (1.0 - p) / double(count)),
              "frequency " + show(freq) + " vs " + show(p));
   }
+}
+
+// Stochastic codes are encode_value's (numerics/codebook.hpp) on every kernel path, for maps where the sign rule
+// changes codes (a zero floor; no zero entry and both signs) and where it changes none (the 4-bit state maps, whose
+// vector encoders leave it out).
+OCTOPT_TEST(stochastic_codes_are_the_scalar_rule_on_every_path) {
+  struct M {
+    std::string name;
+    std::vector<float> values;
+    int bits;
+    bool floor;
+  };
+  const std::vector<M> maps = {
+      {"dynamic_map(true, 3, 4)", dynamic_map(true, 3, 4), 4, false},
+      {"dynamic_map(true, 3, 4) + floor", dynamic_map(true, 3, 4), 4, true},
+      {"log2_map_nozero(4)", log2_map_nozero(4, 0.8), 4, true},
+      {"no zero, both signs",
+       {-1.0f, -0.8f, -0.6f, -0.45f, -0.3f, -0.2f, -0.12f, -0.05f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 1.0f},
+       4,
+       false},
+      {"dynamic_map(true)", dynamic_map(true), 8, false},
+      {"dynamic_map(false) + floor", dynamic_map(false), 8, true},
+  };
+  const std::int64_t n = 4097;
+  const int block = 256;
+  const std::uint64_t seed = 11;
+  const std::vector<float> x = test_values(n, false, 21);
+  int paths = 0;
+  for (const M& m : maps) {
+    Codebook cb = make_codebook(m.values, m.bits);
+    if (m.floor) keep_nonzero(cb);
+    // the scalar rule, from the block absmax the kernels store (checked against max |x| by the round-trip tests)
+    std::vector<std::uint8_t> codes(std::size_t(num_code_bytes(n, m.bits)));
+    std::vector<float> absmax(std::size_t(num_blocks(n, block)));
+    set_simd_level("baseline");
+    quantize_blockwise(x.data(), DType::f32, n, cb, block, m.bits, Rounding::stochastic, seed, codes.data(),
+                       absmax.data());
+    const std::uint64_t key = rng_key(seed, 0);
+    bool scalar_same = true;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const int want = encode_value(cb, x[std::size_t(i)], absmax[std::size_t(i / block)], false, true, key, i);
+      scalar_same = scalar_same && code_at(codes.data(), i, m.bits) == want;
+    }
+    CHECK_AT(scalar_same, m.name + ": baseline codes are encode_value's");
+    for (const char* isa : {"avx2", "avx512", "avx512vbmi", "neon"}) {
+      try {
+        set_simd_level(isa);
+      } catch (const std::invalid_argument&) {
+        continue;
+      }
+      ++paths;
+      std::vector<std::uint8_t> other(codes.size());
+      std::vector<float> other_absmax(absmax.size());
+      quantize_blockwise(x.data(), DType::f32, n, cb, block, m.bits, Rounding::stochastic, seed, other.data(),
+                         other_absmax.data());
+      CHECK_AT(other == codes, m.name + ": " + isa + " codes are baseline's");
+    }
+  }
+  set_simd_level("");
+  std::printf("stochastic codes: %d other paths checked\n", paths);
 }
