@@ -2,7 +2,6 @@
 // maps get one. bench/encoder_check.cpp checks the kernels over every float in [-1, 1] for the state maps.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -10,6 +9,7 @@
 #include "cpu/octave_table.hpp"
 #include "harness.hpp"
 #include "octopt/numerics/codebook.hpp"
+#include "octopt/numerics/convert.hpp"
 #include "octopt/qmap.hpp"
 #include "reference.hpp"
 
@@ -21,21 +21,9 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-std::uint32_t bits_of(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-float from_bits(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // The code the table gives r, or -1 where it hands r to the search.
 int table_code(const OctaveTable& t, float r) {
-  const std::uint32_t u = bits_of(r), a = u & 0x7fffffffu;
+  const std::uint32_t u = f32_bits(r), a = u & 0x7fffffffu;
   const std::uint64_t e = cpu::octave_entry(t, a, (u >> 31) != 0);
   const std::uint32_t at = std::uint32_t(e), w = std::uint32_t(e >> 32);
   if (w & cpu::kOctaveUnsure) return -1;
@@ -53,17 +41,17 @@ std::vector<float> probe_points(const Codebook& cb, const OctaveTable& t, octopt
                             std::numeric_limits<float>::min()};
   for (int k = 0; k + 1 < cb.size; ++k)
     for (int d = -3; d <= 3; ++d) {
-      const std::int64_t u = std::int64_t(bits_of(std::fabs(cb.thresholds[k]))) + d;
-      if (u >= 0 && u <= std::int64_t(bits_of(1.0f))) {
-        pts.push_back(from_bits(std::uint32_t(u)));
-        pts.push_back(-from_bits(std::uint32_t(u)));
+      const std::int64_t u = std::int64_t(f32_bits(std::fabs(cb.thresholds[k]))) + d;
+      if (u >= 0 && u <= std::int64_t(f32_bits(1.0f))) {
+        pts.push_back(bits_f32(std::uint32_t(u)));
+        pts.push_back(-bits_f32(std::uint32_t(u)));
       }
     }
   for (std::int32_t q = 1; q < t.buckets; ++q) {
     const std::uint32_t first = std::uint32_t(t.base + q) << t.shift;
     for (std::uint32_t u : {first - 1, first}) {
-      pts.push_back(from_bits(u));
-      pts.push_back(-from_bits(u));
+      pts.push_back(bits_f32(u));
+      pts.push_back(-bits_f32(u));
     }
   }
   for (int k = 0; k < 40000; ++k) pts.push_back(rng.uniform_pm1());

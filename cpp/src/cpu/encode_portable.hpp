@@ -17,8 +17,7 @@ __attribute__((noinline)) inline void octave_settle(const Codebook& cb, const st
 
 // Nearest codes of a block of a 256-entry map by its octave table (octave_table.hpp), kStageLanes values at a
 // time in three loops: the quotients and their bucket indices and the codes vectorize; the entries in between are
-// one scalar 64-bit load a lane (SSE2 and NEON have no gather). Fused into fewer loops, or in groups of 16 lanes,
-// GCC unrolls and scalarizes all of it.
+// one scalar 64-bit load a lane (SSE2 has no gather). In groups of 16 lanes GCC unrolls and scalarizes all of it.
 constexpr int kStageLanes = 256;  // values per round of the stage loops below
 inline void encode_block_octave(const Codebook& cb, const OctaveTable& t, const float* __restrict v, int len,
                                 float scale, std::uint8_t* __restrict codes) {

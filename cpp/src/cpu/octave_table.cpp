@@ -12,17 +12,17 @@ constexpr std::uint32_t kOneBits = 0x3f800000u;  // 1.0f
 constexpr std::uint32_t kExponentBits = 0x7f800000u;
 constexpr std::int32_t kMaxBuckets = 16384;  // per side: 128 KiB of entries
 
-int code_at(const Codebook& cb, std::uint32_t sign, std::uint32_t a) { return nearest_code(cb, bits_f32(sign | a)); }
+int code_of(const Codebook& cb, std::uint32_t sign, std::uint32_t a) { return nearest_code(cb, bits_f32(sign | a)); }
 
 // The first |r| bits in (a0, a1] whose code differs from the code at a0, or a1 + 1 if there is none (the code is
 // monotone in |r|, so the ends decide whether it changes and bisection finds where).
 std::uint32_t next_change(const Codebook& cb, std::uint32_t sign, std::uint32_t a0, std::uint32_t a1) {
-  const int c0 = code_at(cb, sign, a0);
-  if (code_at(cb, sign, a1) == c0) return a1 + 1;
+  const int c0 = code_of(cb, sign, a0);
+  if (code_of(cb, sign, a1) == c0) return a1 + 1;
   std::uint32_t lo = a0, hi = a1;  // code(lo) == c0 != code(hi)
   while (hi - lo > 1) {
     const std::uint32_t mid = lo + (hi - lo) / 2;
-    (code_at(cb, sign, mid) == c0 ? lo : hi) = mid;
+    (code_of(cb, sign, mid) == c0 ? lo : hi) = mid;
   }
   return hi;
 }
@@ -54,14 +54,14 @@ bool fill(const Codebook& cb, int m, std::uint32_t low_bits, OctaveTable& t) {
       if (t.base + q + 1 <= 0) continue;  // bucket 0 is empty when the buckets start at the denormals
       const std::uint32_t a0 = q == 0 ? 0u : std::uint32_t(t.base + q) << t.shift;
       const std::uint32_t a1 = (std::uint32_t(t.base + q + 1) << t.shift) - 1;
-      const std::uint64_t c0 = std::uint64_t(code_at(cb, sign, a0));
+      const std::uint64_t c0 = std::uint64_t(code_of(cb, sign, a0));
       const std::uint32_t at = next_change(cb, sign, a0, a1);
       if (at > a1) {
         e[q] = (c0 | c0 << 8) << 32;  // change point 0: every |r| takes hi, which is lo
         continue;
       }
       if (next_change(cb, sign, at, a1) <= a1) return false;
-      const std::uint64_t c1 = std::uint64_t(code_at(cb, sign, at));
+      const std::uint64_t c1 = std::uint64_t(code_of(cb, sign, at));
       e[q] = (c0 | c1 << 8) << 32 | at;
     }
   }

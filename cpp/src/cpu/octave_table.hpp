@@ -32,7 +32,7 @@ struct OctaveTable {
 
 constexpr std::uint32_t kOctaveUnsure = 1u << 16;  // in an entry's high word
 
-// The entry of |r| bits `a` on side `negative` (the lanes' formula, for the scalar paths and the tests).
+// The entry of |r| bits `a` on side `negative`: the lanes' formula one value at a time, as the tests check it.
 inline std::uint64_t octave_entry(const OctaveTable& t, std::uint32_t a, bool negative) {
   std::int32_t q = std::int32_t(a >> t.shift) - t.base;
   q = q < 0 ? 0 : q;
